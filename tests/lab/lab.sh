@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# The lab: Debian systemd containers (rootful podman) that stand in for the cluster's hosts.
+# One implementation for `make lab-*`, `make demo` and every molecule scenario
+# (.config/molecule/config.yml uses the images built here).
+#
+#   lab.sh setup                 install podman/runc/debootstrap if missing, write containers.conf
+#   lab.sh image SUITE [ARCH]    build localhost/llmops-lab:SUITE[-ARCH] if its recipe changed
+#   lab.sh images                bookworm and trixie (amd64)
+#   lab.sh up [HOST...]          start hosts (default: dgx1 dgx2 dgx3 dgx4 lb1) on network llmops-lab
+#   lab.sh down [HOST...]        remove hosts (default: all lab hosts) and the network when empty
+#   lab.sh status                list lab hosts
+#
+# Environment: LAB_SUITE (bookworm), LAB_NETWORK (llmops-lab), LAB_SUBNET (10.89.40.0/24: a podman
+# network this run creates; nothing outside it is contacted), LAB_DEBIAN_MIRROR, LAB_HOSTS.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+LAB_SUITE=${LAB_SUITE:-bookworm}
+LAB_NETWORK=${LAB_NETWORK:-llmops-lab}
+LAB_SUBNET=${LAB_SUBNET:-10.89.40.0/24}
+LAB_DEBIAN_MIRROR=${LAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+LAB_HOSTS=${LAB_HOSTS:-dgx1 dgx2 dgx3 dgx4 lb1}
+LAB_IMAGE_REPO=${LAB_IMAGE_REPO:-localhost/llmops-lab}
+LAB_CACHE=${LAB_CACHE:-/var/cache/llmops-lab}
+LAB_CONTAINERS_CONF=${LAB_CONTAINERS_CONF:-/etc/containers/containers.conf}
+# Packages every lab image carries (the recipe: changing it rebuilds the images).
+LAB_PACKAGES="systemd,systemd-sysv,dbus,python3,python3-apt,sudo,iproute2,iputils-ping,ca-certificates,procps,gnupg,curl,less"
+# What a lab host may do: systemd sandboxing needs mount namespaces (SYS_ADMIN), the network role
+# configures addresses (NET_ADMIN), ping needs NET_RAW.
+LAB_CAPS=${LAB_CAPS:-SYS_ADMIN,NET_ADMIN,NET_RAW}
+
+log() { printf '[lab] %s\n' "$*" >&2; }
+die() { printf '[lab] ERROR: %s\n' "$*" >&2; exit 1; }
+
+need_root() { [ "$(id -u)" = 0 ] || die "the lab uses rootful podman: run as root"; }
+
+setup() {
+  need_root
+  local missing=()
+  command -v podman >/dev/null || missing+=(podman)
+  command -v runc >/dev/null || missing+=(runc)
+  command -v debootstrap >/dev/null || missing+=(debootstrap)
+  command -v aardvark-dns >/dev/null || [ -x /usr/lib/podman/aardvark-dns ] || missing+=(aardvark-dns)
+  [ -x /usr/lib/podman/netavark ] || command -v netavark >/dev/null || missing+=(netavark)
+  # netavark programs the podman network's NAT with iptables; without it: "netavark: No such file".
+  command -v iptables >/dev/null || missing+=(iptables)
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  # crun 1.8 refuses this machine's hybrid cgroup layout; nproc above 32768 fails (FACTS.md).
+  local want
+  want=$(cat <<'CONF'
+# Written by llmops.vllm_cluster tests/lab/lab.sh: what rootful podman needs on this machine.
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+
+[engine]
+runtime = "runc"
+CONF
+)
+  if [ ! -f "$LAB_CONTAINERS_CONF" ] || [ "$(cat "$LAB_CONTAINERS_CONF")" != "$want" ]; then
+    mkdir -p "$(dirname "$LAB_CONTAINERS_CONF")"
+    if [ -f "$LAB_CONTAINERS_CONF" ] && ! grep -q 'llmops.vllm_cluster' "$LAB_CONTAINERS_CONF"; then
+      cp -a "$LAB_CONTAINERS_CONF" "$LAB_CONTAINERS_CONF.before-llmops-lab"
+      log "kept the previous $LAB_CONTAINERS_CONF as $LAB_CONTAINERS_CONF.before-llmops-lab"
+    fi
+    printf '%s\n' "$want" > "$LAB_CONTAINERS_CONF"
+    log "wrote $LAB_CONTAINERS_CONF"
+  fi
+}
+
+arch_setup() {
+  # Run arm64 (DGX Spark's architecture) userlands under qemu-user emulation.
+  local arch=$1
+  [ "$arch" = amd64 ] && return 0
+  [ "$arch" = arm64 ] || die "unsupported lab architecture '$arch' (valid: amd64, arm64)"
+  command -v qemu-aarch64-static >/dev/null || {
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user-static binfmt-support >/dev/null
+  }
+  mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+  if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+    # Register with the F (fix binary) flag so containers find the interpreter.
+    local line
+    line=$(sed -e 's/:[A-Z]*$//' /usr/lib/binfmt.d/qemu-aarch64.conf)
+    printf '%s:F\n' "$line" > /proc/sys/fs/binfmt_misc/register
+  fi
+}
+
+recipe_hash() {
+  local suite=$1 arch=$2
+  { printf '%s\n' "$suite" "$arch" "$LAB_PACKAGES" "$LAB_DEBIAN_MIRROR"; declare -f build_image; } | sha256sum | cut -c1-16
+}
+
+image_name() {
+  local suite=$1 arch=${2:-amd64}
+  if [ "$arch" = amd64 ]; then echo "$LAB_IMAGE_REPO:$suite"; else echo "$LAB_IMAGE_REPO:$suite-$arch"; fi
+}
+
+build_image() {
+  local suite=$1 arch=$2 name=$3 hash=$4 root
+  root=$(mktemp -d "${TMPDIR:-/tmp}/llmops-lab-root.XXXXXX")
+  log "debootstrap $suite/$arch (cold build, about a minute)"
+  debootstrap --variant=minbase --arch="$arch" --include="$LAB_PACKAGES" "$suite" "$root" "$LAB_DEBIAN_MIRROR" \
+    > "$root.log" 2>&1 || { tail -20 "$root.log" >&2; rm -rf "$root"; die "debootstrap $suite/$arch failed (log above)"; }
+  rm -f "$root.log"
+  # A container boots straight to multi-user; nothing to log in to, no getty.
+  chroot "$root" systemctl mask getty.target console-getty.service systemd-firstboot.service \
+    systemd-udevd.service systemd-modules-load.service >/dev/null 2>&1 || true
+  # Leave apt clean and the image small.
+  rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+  echo "llmops-lab" > "$root/etc/hostname"
+  tar -C "$root" -c . | podman import \
+    --change 'CMD ["/lib/systemd/systemd"]' \
+    --change 'ENV container=podman' \
+    --change 'STOPSIGNAL SIGRTMIN+3' \
+    --change "LABEL llmops.lab.recipe=$hash" \
+    - "$name" >/dev/null 2>&1 || { rm -rf "$root"; die "podman import of $name failed"; }
+  rm -rf "$root"
+}
+
+image() {
+  need_root
+  local suite=${1:-$LAB_SUITE} arch=${2:-amd64} name hash have
+  arch_setup "$arch"
+  name=$(image_name "$suite" "$arch")
+  hash=$(recipe_hash "$suite" "$arch")
+  have=$(podman image inspect --format '{{ index .Labels "llmops.lab.recipe" }}' "$name" 2>/dev/null || true)
+  if [ "$have" = "$hash" ]; then
+    log "image $name is current (recipe $hash)"
+    return 0
+  fi
+  local t0=$SECONDS
+  build_image "$suite" "$arch" "$name" "$hash"
+  log "built $name (recipe $hash) in $((SECONDS - t0)) s"
+}
+
+network() {
+  podman network exists "$LAB_NETWORK" ||
+    podman network create --subnet "$LAB_SUBNET" --label llmops.lab=1 "$LAB_NETWORK" >/dev/null
+}
+
+up() {
+  setup
+  image "$LAB_SUITE"
+  network
+  local hosts=("$@") h
+  [ ${#hosts[@]} -gt 0 ] || read -r -a hosts <<< "$LAB_HOSTS"
+  for h in "${hosts[@]}"; do
+    if podman container exists "$h"; then
+      [ "$(podman inspect --format '{{.State.Running}}' "$h")" = true ] || podman start "$h" >/dev/null
+      continue
+    fi
+    podman run -d --name "$h" --hostname "$h" --network "$LAB_NETWORK" \
+      --label llmops.lab=1 --systemd=always --cap-add "$LAB_CAPS" \
+      --tmpfs /tmp --tmpfs /run --tmpfs /run/lock \
+      "$(image_name "$LAB_SUITE")" >/dev/null
+  done
+  for h in "${hosts[@]}"; do wait_booted "$h"; done
+  log "up: ${hosts[*]} on $LAB_NETWORK ($LAB_SUBNET)"
+}
+
+wait_booted() {
+  local h=$1 state i
+  for i in $(seq 1 60); do
+    state=$(podman exec "$h" systemctl is-system-running 2>/dev/null || true)
+    case "$state" in running|degraded) return 0 ;; esac
+    sleep 1
+  done
+  die "$h did not finish booting (systemctl is-system-running: ${state:-no answer})"
+}
+
+down() {
+  local hosts=("$@")
+  if [ ${#hosts[@]} -eq 0 ]; then
+    mapfile -t hosts < <(podman ps -a --filter label=llmops.lab=1 --format '{{.Names}}')
+  fi
+  [ ${#hosts[@]} -eq 0 ] || podman rm -f -t 5 "${hosts[@]}" >/dev/null
+  if podman network exists "$LAB_NETWORK" &&
+     [ -z "$(podman ps -a --filter network="$LAB_NETWORK" --format '{{.Names}}')" ]; then
+    podman network rm "$LAB_NETWORK" >/dev/null
+  fi
+  log "down: ${hosts[*]:-nothing was up}"
+}
+
+status() { podman ps -a --filter label=llmops.lab=1 --format 'table {{.Names}}\t{{.Status}}\t{{.Image}}'; }
+
+cmd=${1:-}; shift || true
+case "$cmd" in
+  setup) setup ;;
+  image) setup; image "$@" ;;
+  images) setup; image bookworm; image trixie ;;
+  up) up "$@" ;;
+  down) down "$@" ;;
+  status) status ;;
+  *) sed -n '2,16p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
+esac
