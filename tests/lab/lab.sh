@@ -6,12 +6,13 @@
 #   lab.sh setup                 install podman/runc/debootstrap if missing, write containers.conf
 #   lab.sh image SUITE [ARCH]    build localhost/llmops-lab:SUITE[-ARCH] if its recipe changed
 #   lab.sh images                bookworm and trixie (amd64)
-#   lab.sh up [HOST...]          start hosts (default: dgx1 dgx2 dgx3 dgx4 lb1) on network llmops-lab
-#   lab.sh down [HOST...]        remove hosts (default: all lab hosts) and the network when empty
+#   lab.sh up [NAME[@SUITE[/ARCH]]...]  start hosts (default: dgx1 dgx2 dgx3 dgx4 lb1) on network llmops-lab
+#   lab.sh down [NAME...]        remove hosts (default: all on LAB_NETWORK) and the network when empty
 #   lab.sh status                list lab hosts
 #
 # Environment: LAB_SUITE (bookworm), LAB_NETWORK (llmops-lab), LAB_SUBNET (10.89.40.0/24: a podman
-# network this run creates; nothing outside it is contacted), LAB_DEBIAN_MIRROR, LAB_HOSTS.
+# network this run creates; nothing outside it is contacted), LAB_DEBIAN_MIRROR, LAB_HOSTS,
+# LAB_PREFIX (container-name prefix, molecule uses the scenario's), LAB_EXTRA_OPTS (podman run options).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,7 +22,8 @@ LAB_SUBNET=${LAB_SUBNET:-10.89.40.0/24}
 LAB_DEBIAN_MIRROR=${LAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 LAB_HOSTS=${LAB_HOSTS:-dgx1 dgx2 dgx3 dgx4 lb1}
 LAB_IMAGE_REPO=${LAB_IMAGE_REPO:-localhost/llmops-lab}
-LAB_CACHE=${LAB_CACHE:-/var/cache/llmops-lab}
+LAB_PREFIX=${LAB_PREFIX:-}
+LAB_EXTRA_OPTS=${LAB_EXTRA_OPTS:-}
 LAB_CONTAINERS_CONF=${LAB_CONTAINERS_CONF:-/etc/containers/containers.conf}
 # Packages every lab image carries (the recipe: changing it rebuilds the images).
 LAB_PACKAGES="systemd,systemd-sysv,dbus,python3,python3-apt,sudo,iproute2,iputils-ping,ca-certificates,procps,gnupg,curl,less"
@@ -110,7 +112,10 @@ build_image() {
   chroot "$root" systemctl mask getty.target console-getty.service systemd-firstboot.service \
     systemd-udevd.service systemd-modules-load.service >/dev/null 2>&1 || true
   # Leave apt clean and the image small.
+  # Leave no package lists: an apt cache_valid_time check must see them as old and update.
   rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+  mkdir -p "$root"/var/lib/apt/lists/partial
+  touch -d '2000-01-01' "$root"/var/lib/apt/lists
   echo "llmops-lab" > "$root/etc/hostname"
   tar -C "$root" -c . | podman import \
     --change 'CMD ["/lib/systemd/systemd"]' \
@@ -143,23 +148,31 @@ network() {
 }
 
 up() {
+  # Each argument: NAME[@SUITE[/ARCH]], e.g. dgx1, lb1@trixie, spark1@bookworm/arm64.
+  # The container is named $LAB_PREFIX$NAME and answers to NAME on the lab network.
   setup
-  image "$LAB_SUITE"
   network
-  local hosts=("$@") h
-  [ ${#hosts[@]} -gt 0 ] || read -r -a hosts <<< "$LAB_HOSTS"
-  for h in "${hosts[@]}"; do
-    if podman container exists "$h"; then
-      [ "$(podman inspect --format '{{.State.Running}}' "$h")" = true ] || podman start "$h" >/dev/null
+  local specs=("$@") spec h suite arch names=()
+  [ ${#specs[@]} -gt 0 ] || read -r -a specs <<< "$LAB_HOSTS"
+  for spec in "${specs[@]}"; do
+    h=${spec%%@*}; suite=$LAB_SUITE; arch=amd64
+    if [ "$spec" != "$h" ]; then suite=${spec#*@}; arch=amd64; [ "$suite" = "${suite%/*}" ] || { arch=${suite#*/}; suite=${suite%/*}; }; fi
+    [[ "$h" =~ ^[a-z0-9][a-z0-9-]*$ ]] || die "host name '$h' must be lower-case letters, digits and '-'"
+    image "$suite" "$arch"
+    names+=("$LAB_PREFIX$h")
+    if podman container exists "$LAB_PREFIX$h"; then
+      [ "$(podman inspect --format '{{.State.Running}}' "$LAB_PREFIX$h")" = true ] || podman start "$LAB_PREFIX$h" >/dev/null
       continue
     fi
-    podman run -d --name "$h" --hostname "$h" --network "$LAB_NETWORK" \
-      --label llmops.lab=1 --systemd=always --cap-add "$LAB_CAPS" \
-      --tmpfs /tmp --tmpfs /run --tmpfs /run/lock \
-      "$(image_name "$LAB_SUITE")" >/dev/null
+    local platform=()
+    [ "$arch" = amd64 ] || platform=(--arch "$arch")
+    podman run -d --name "$LAB_PREFIX$h" --hostname "$h" --network "$LAB_NETWORK" --network-alias "$h" \
+      --label llmops.lab=1 --label "llmops.lab.network=$LAB_NETWORK" --systemd=always --cap-add "$LAB_CAPS" \
+      --tmpfs /tmp --tmpfs /run --tmpfs /run/lock "${platform[@]}" $LAB_EXTRA_OPTS \
+      "$(image_name "$suite" "$arch")" >/dev/null
   done
-  for h in "${hosts[@]}"; do wait_booted "$h"; done
-  log "up: ${hosts[*]} on $LAB_NETWORK ($LAB_SUBNET)"
+  for h in "${names[@]}"; do wait_booted "$h"; done
+  log "up: ${names[*]} on $LAB_NETWORK ($LAB_SUBNET)"
 }
 
 wait_booted() {
@@ -175,8 +188,10 @@ wait_booted() {
 down() {
   local hosts=("$@")
   if [ ${#hosts[@]} -eq 0 ]; then
-    mapfile -t hosts < <(podman ps -a --filter label=llmops.lab=1 --format '{{.Names}}')
+    mapfile -t hosts < <(podman ps -a --filter "label=llmops.lab.network=$LAB_NETWORK" --format '{{.Names}}')
   fi
+  local i
+  for i in "${!hosts[@]}"; do hosts[$i]=$LAB_PREFIX${hosts[$i]#"$LAB_PREFIX"}; done
   [ ${#hosts[@]} -eq 0 ] || podman rm -f -t 5 "${hosts[@]}" >/dev/null
   if podman network exists "$LAB_NETWORK" &&
      [ -z "$(podman ps -a --filter network="$LAB_NETWORK" --format '{{.Names}}')" ]; then

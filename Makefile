@@ -1,0 +1,100 @@
+# llmops.vllm_cluster: every entry point. Each target installs what it needs itself.
+#   make demo   the main job on the lab (lab up -> site.yml -> validate.yml)
+#   make test   every gate: yamllint, ansible-lint, sanity, units, integration, molecule
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PY ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+COLL := $(CURDIR)/.cache/collections
+export ANSIBLE_COLLECTIONS_PATH := $(COLL)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(BIN):$(PATH)
+export PYTHONUNBUFFERED := 1
+SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+GATE := tests/gate.sh
+
+.PHONY: help venv collection lab-setup lab-images lab-up lab-down lab-status demo test lint yamllint \
+        ansible-lint sanity units integration molecule build clean
+
+help:
+	@sed -n '1,4p' Makefile
+
+$(VENV)/.stamp: requirements/toolchain.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements/toolchain.txt
+	touch $@
+
+venv: $(VENV)/.stamp
+
+# The collection resolves by FQCN from the working tree: a link in the collections path.
+collection: venv
+	@mkdir -p $(COLL)/ansible_collections/llmops
+	@ln -sfn $(CURDIR) $(COLL)/ansible_collections/llmops/vllm_cluster
+
+lab-setup:
+	bash tests/lab/lab.sh setup
+
+lab-images: lab-setup
+	bash tests/lab/lab.sh images
+
+lab-up: lab-setup
+	bash tests/lab/lab.sh up
+
+lab-down:
+	bash tests/lab/lab.sh down
+
+lab-status:
+	bash tests/lab/lab.sh status
+
+demo: collection lab-up
+	ansible -i inventories/lab all -m ansible.builtin.ping -o
+	ansible-playbook -i inventories/lab playbooks/site.yml
+
+test:
+	@rm -f .cache/gates.tsv
+	$(MAKE) --no-print-directory venv collection
+	$(GATE) yamllint $(MAKE) --no-print-directory yamllint
+	$(GATE) ansible-lint $(MAKE) --no-print-directory ansible-lint
+	$(GATE) sanity $(MAKE) --no-print-directory sanity
+	$(GATE) build $(MAKE) --no-print-directory build
+	$(GATE) units $(MAKE) --no-print-directory units
+	$(GATE) molecule $(MAKE) --no-print-directory molecule
+	@printf '\n=== gate durations\n'; cat .cache/gates.tsv
+
+yamllint: venv
+	yamllint --strict .
+
+ansible-lint: collection
+	ansible-lint --profile production --strict
+
+# ansible-test needs the collection under ansible_collections/<ns>/<name>: stage a copy of the
+# tracked files there.
+sanity: collection
+	@rm -rf build/sanity && mkdir -p build/sanity/ansible_collections/llmops/vllm_cluster
+	git ls-files -co --exclude-standard -z | xargs -0 -I{} cp --parents {} build/sanity/ansible_collections/llmops/vllm_cluster/ 2>/dev/null || true
+	cd build/sanity/ansible_collections/llmops/vllm_cluster && \
+	  ansible-test sanity --python 3.11 --requirements --color no
+
+# Build the tarball, install it into a fresh collections path, and resolve it by FQCN there.
+build: collection
+	@rm -rf build/collection && mkdir -p build/collection
+	ansible-galaxy collection build --force --output-path build/collection .
+	ansible-galaxy collection install --force -p build/collection/installed build/collection/llmops-vllm_cluster-*.tar.gz
+	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/build/collection/installed ansible-doc -t role llmops.vllm_cluster.headless | grep -q headless_default_target
+	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/build/collection/installed ansible-doc -l llmops.vllm_cluster
+	@echo "collection tarball installs and resolves by FQCN"
+
+units: collection
+	pytest -q tests/unit
+
+integration: collection
+	pytest -q tests/integration
+
+molecule: collection lab-images
+	@for s in $(SCENARIOS); do \
+	  $(GATE) molecule:$$s molecule test -s $$s || exit 1; \
+	done
+
+clean: lab-down
+	rm -rf build .cache/collections
