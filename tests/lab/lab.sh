@@ -24,6 +24,9 @@ LAB_HOSTS=${LAB_HOSTS:-dgx1 dgx2 dgx3 dgx4 lb1}
 LAB_IMAGE_REPO=${LAB_IMAGE_REPO:-localhost/llmops-lab}
 LAB_PREFIX=${LAB_PREFIX:-}
 LAB_EXTRA_OPTS=${LAB_EXTRA_OPTS:-}
+# Host-side cache shared by lab runs (wheelhouse, tiny model, local git/apt stand-ins). Mounted
+# read-only into every lab host at /srv/llmops-lab: the stand-in for a site's internal mirror.
+LAB_CACHE=${LAB_CACHE:-/var/cache/llmops-lab}
 LAB_CONTAINERS_CONF=${LAB_CONTAINERS_CONF:-/etc/containers/containers.conf}
 # Packages every lab image carries (the recipe: changing it rebuilds the images).
 LAB_PACKAGES="systemd,systemd-sysv,dbus,python3,python3-apt,sudo,iproute2,iputils-ping,ca-certificates,procps,gnupg,curl,less"
@@ -166,9 +169,10 @@ up() {
     fi
     local platform=()
     [ "$arch" = amd64 ] || platform=(--arch "$arch")
+    mkdir -p "$LAB_CACHE"
     podman run -d --name "$LAB_PREFIX$h" --hostname "$h" --network "$LAB_NETWORK" --network-alias "$h" \
       --label llmops.lab=1 --label "llmops.lab.network=$LAB_NETWORK" --systemd=always --cap-add "$LAB_CAPS" \
-      --tmpfs /tmp --tmpfs /run --tmpfs /run/lock "${platform[@]}" $LAB_EXTRA_OPTS \
+      --tmpfs /tmp --tmpfs /run --tmpfs /run/lock -v "$LAB_CACHE:/srv/llmops-lab:ro" "${platform[@]}" $LAB_EXTRA_OPTS \
       "$(image_name "$suite" "$arch")" >/dev/null
   done
   for h in "${names[@]}"; do wait_booted "$h"; done
