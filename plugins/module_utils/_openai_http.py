@@ -1,0 +1,345 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmops.vllm_cluster contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""HTTP for OpenAI-compatible servers: plain requests, and completions (streamed or not) with
+time-to-first-token measurement.
+
+Built on ansible.module_utils.urls.open_url (proxies, validate_certs, ca_path as every other
+Ansible HTTP module). Nothing here ever puts the API key into a returned value or a message.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import time
+from urllib.error import HTTPError, URLError
+from urllib.parse import urlsplit
+
+from ansible.module_utils.urls import open_url
+
+BODY_LIMIT = 500
+APIS = ('chat', 'completion')
+API_PATHS = {'chat': '/v1/chat/completions', 'completion': '/v1/completions'}
+
+
+def normalize_base_url(url):
+    """Validate a base URL and return it without trailing '/' or '/v1'.
+
+    'http://10.0.0.1:8000/v1/' -> 'http://10.0.0.1:8000'. Raises ValueError naming what is wrong.
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise ValueError('base_url must be a non-empty URL such as http://127.0.0.1:8000')
+    url = url.strip()
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError for a non-numeric port
+    except ValueError as exc:
+        raise ValueError("base_url '%s' is not a valid URL: %s" % (url, exc))
+    if parts.scheme not in ('http', 'https'):
+        raise ValueError("base_url '%s' must start with http:// or https://" % url)
+    if not parts.hostname:
+        raise ValueError("base_url '%s' has no host name" % url)
+    if parts.query or parts.fragment:
+        raise ValueError("base_url '%s' must not carry a query string or fragment" % url)
+    if port is not None and not 0 < port < 65536:
+        raise ValueError("base_url '%s' has an invalid port" % url)
+    path = parts.path.rstrip('/')
+    if path.endswith('/v1'):
+        path = path[:-3]
+    return '%s://%s%s' % (parts.scheme, parts.netloc, path)
+
+
+def build_headers(api_key=None, headers=None, json_body=False):
+    result = {'Accept': 'application/json'}
+    for key, value in (headers or {}).items():
+        result[str(key)] = str(value)
+    if api_key:
+        result['Authorization'] = 'Bearer %s' % api_key
+    if json_body:
+        result['Content-Type'] = 'application/json'
+    return result
+
+
+def truncate(data, limit=BODY_LIMIT):
+    if data is None:
+        return None
+    if isinstance(data, bytes):
+        data = data.decode('utf-8', 'replace')
+    return data if len(data) <= limit else data[:limit] + '...(%d more characters)' % (len(data) - limit)
+
+
+def _error_text(exc):
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return 'timeout'
+    if isinstance(exc, URLError):
+        reason = exc.reason
+        if isinstance(reason, (socket.timeout, TimeoutError)):
+            return 'timeout'
+        if isinstance(reason, ConnectionRefusedError):
+            return 'connection refused'
+        return 'connection error: %s' % (reason,)
+    if isinstance(exc, ssl.SSLError):
+        return 'TLS error: %s' % (exc,)
+    if isinstance(exc, ConnectionError):
+        return 'connection error: %s' % (exc,)
+    return '%s: %s' % (type(exc).__name__, exc)
+
+
+def http_request(url, method='GET', body=None, headers=None, timeout=30.0, validate_certs=True, ca_path=None):
+    """One request. Returns {status, body (bytes), headers (lower-case keys), seconds, error}.
+
+    status is None when no HTTP answer came back (error says why: 'timeout', 'connection refused'...).
+    """
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode('utf-8')
+    start = time.monotonic()
+    result = {'status': None, 'body': b'', 'headers': {}, 'seconds': None, 'error': None}
+    try:
+        resp = open_url(url, data=data, headers=headers, method=method, timeout=timeout,
+                        validate_certs=validate_certs, ca_path=ca_path, follow_redirects='safe')
+        try:
+            result['status'] = resp.status if hasattr(resp, 'status') else resp.getcode()
+            result['headers'] = dict((k.lower(), v) for k, v in resp.headers.items())
+            result['body'] = resp.read()
+        finally:
+            resp.close()
+    except HTTPError as exc:
+        result['status'] = exc.code
+        result['headers'] = dict((k.lower(), v) for k, v in (exc.headers or {}).items())
+        try:
+            result['body'] = exc.read()
+        except Exception:  # pylint: disable=broad-except
+            result['body'] = b''
+    except Exception as exc:  # pylint: disable=broad-except
+        result['error'] = _error_text(exc)
+    result['seconds'] = round(time.monotonic() - start, 4)
+    return result
+
+
+def parse_json(data):
+    try:
+        return json.loads(data.decode('utf-8') if isinstance(data, bytes) else data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def model_ids(models_body):
+    """Model ids from a /v1/models response body; None when it is not an OpenAI model list."""
+    doc = parse_json(models_body)
+    if not isinstance(doc, dict) or not isinstance(doc.get('data'), list):
+        return None
+    return [m.get('id') for m in doc['data'] if isinstance(m, dict) and m.get('id')]
+
+
+def completion_body(api, model, prompt, max_tokens, stream, extra_body=None):
+    """Request body for chat (messages) or completion (prompt) — never messages to /v1/completions."""
+    if api not in APIS:
+        raise ValueError('api must be one of %s, got %r' % (', '.join(APIS), api))
+    body = {'model': model, 'max_tokens': max_tokens, 'stream': bool(stream)}
+    if api == 'chat':
+        body['messages'] = [{'role': 'user', 'content': prompt}]
+    else:
+        body['prompt'] = prompt
+    if stream:
+        body['stream_options'] = {'include_usage': True}
+    for key, value in (extra_body or {}).items():
+        body[key] = value
+    return body
+
+
+def _choice_text(api, choice):
+    if not isinstance(choice, dict):
+        return ''
+    if api == 'chat':
+        delta = choice.get('delta') or choice.get('message') or {}
+        if not isinstance(delta, dict):
+            return ''
+        parts = [delta.get('content'), delta.get('reasoning_content'), delta.get('reasoning')]
+        return ''.join(p for p in parts if isinstance(p, str))
+    text = choice.get('text')
+    return text if isinstance(text, str) else ''
+
+
+def _new_result():
+    return {
+        'ok': False, 'status': None, 'error': None, 'ttft': None, 'latency': None,
+        'output_tokens': 0, 'prompt_tokens': None, 'tokens_counted_from': None, 'text': '',
+        'finish_reason': None, 'usage': None, 'upstream': None, 'body': None, 'chunks': 0,
+    }
+
+
+def _finish(result):
+    latency = result['latency']
+    tokens = result['output_tokens']
+    result['tokens_per_second'] = round(tokens / latency, 2) if latency and tokens else None
+    if result['ttft'] is not None and latency and tokens > 1 and latency > result['ttft']:
+        result['decode_tokens_per_second'] = round((tokens - 1) / (latency - result['ttft']), 2)
+    else:
+        result['decode_tokens_per_second'] = None
+    if result['ok'] and tokens < 1:
+        result['ok'] = False
+        result['error'] = 'the server answered %s but generated no tokens' % result['status']
+    return result
+
+
+def completion(base_url, api, model, prompt, max_tokens=16, stream=True, headers=None, timeout=60.0,
+               validate_certs=True, ca_path=None, upstream_header=None, extra_body=None):
+    """Send one completion and measure it.
+
+    Returns a dict: ok, status, error, ttft (seconds to the first generated text, streaming only),
+    latency (seconds to the last byte), output_tokens (from usage when the server sends it, else the
+    number of streamed text chunks), prompt_tokens, text, finish_reason, usage, upstream (value of
+    upstream_header), body (truncated, on failure), tokens_per_second, decode_tokens_per_second.
+    """
+    url = base_url + API_PATHS[api]
+    body = completion_body(api, model, prompt, max_tokens, stream, extra_body)
+    hdrs = dict(headers or {})
+    hdrs['Content-Type'] = 'application/json'
+    if stream:
+        hdrs['Accept'] = 'text/event-stream'
+    result = _new_result()
+    start = time.monotonic()
+    if not stream:
+        resp = http_request(url, 'POST', body, hdrs, timeout, validate_certs, ca_path)
+        result['latency'] = resp['seconds']
+        result['status'] = resp['status']
+        result['error'] = resp['error']
+        if upstream_header:
+            result['upstream'] = resp['headers'].get(upstream_header.lower())
+        if resp['status'] != 200:
+            result['body'] = truncate(resp['body'])
+            if resp['status'] is not None:
+                result['error'] = 'HTTP %s' % resp['status']
+            return _finish(result)
+        doc = parse_json(resp['body'])
+        if not isinstance(doc, dict) or not isinstance(doc.get('choices'), list) or not doc['choices']:
+            result['error'] = 'the response is not an OpenAI completion object'
+            result['body'] = truncate(resp['body'])
+            return _finish(result)
+        choice = doc['choices'][0]
+        result['text'] = _choice_text(api, choice)
+        result['finish_reason'] = choice.get('finish_reason') if isinstance(choice, dict) else None
+        usage = doc.get('usage') if isinstance(doc.get('usage'), dict) else None
+        result['usage'] = usage
+        if usage and isinstance(usage.get('completion_tokens'), int):
+            result['output_tokens'] = usage['completion_tokens']
+            result['prompt_tokens'] = usage.get('prompt_tokens')
+            result['tokens_counted_from'] = 'usage'
+        result['ok'] = True
+        return _finish(result)
+
+    data = json.dumps(body).encode('utf-8')
+    try:
+        resp = open_url(url, data=data, headers=hdrs, method='POST', timeout=timeout,
+                        validate_certs=validate_certs, ca_path=ca_path, follow_redirects='safe')
+    except HTTPError as exc:
+        result['status'] = exc.code
+        result['error'] = 'HTTP %s' % exc.code
+        if upstream_header and exc.headers is not None:
+            result['upstream'] = exc.headers.get(upstream_header)
+        try:
+            result['body'] = truncate(exc.read())
+        except Exception:  # pylint: disable=broad-except
+            result['body'] = None
+        result['latency'] = round(time.monotonic() - start, 4)
+        return _finish(result)
+    except Exception as exc:  # pylint: disable=broad-except
+        result['error'] = _error_text(exc)
+        result['latency'] = round(time.monotonic() - start, 4)
+        return _finish(result)
+
+    result['status'] = resp.status if hasattr(resp, 'status') else resp.getcode()
+    if upstream_header:
+        result['upstream'] = resp.headers.get(upstream_header)
+    texts = []
+    done = False
+    raw_tail = []
+    try:
+        while True:
+            if time.monotonic() - start > timeout:
+                result['error'] = 'timeout: the stream was still open after %ss' % timeout
+                break
+            line = resp.readline()
+            if not line:
+                break
+            line = line.decode('utf-8', 'replace').strip()
+            if not line or line.startswith(':'):
+                continue  # blank separator or SSE comment (keep-alive)
+            if not line.startswith('data:'):
+                raw_tail.append(line)
+                continue
+            payload = line[5:].strip()
+            if payload == '[DONE]':
+                done = True
+                break
+            chunk = parse_json(payload)
+            if not isinstance(chunk, dict):
+                raw_tail.append(payload)
+                continue
+            if chunk.get('error'):
+                result['error'] = 'error event in stream: %s' % truncate(json.dumps(chunk['error']), 200)
+                break
+            if isinstance(chunk.get('usage'), dict):
+                result['usage'] = chunk['usage']
+            for choice in chunk.get('choices') or []:
+                piece = _choice_text(api, choice)
+                if piece:
+                    if result['ttft'] is None:
+                        result['ttft'] = round(time.monotonic() - start, 4)
+                    result['chunks'] += 1
+                    texts.append(piece)
+                if isinstance(choice, dict) and choice.get('finish_reason'):
+                    result['finish_reason'] = choice['finish_reason']
+    except Exception as exc:  # pylint: disable=broad-except
+        result['error'] = 'stream broken: %s' % _error_text(exc)
+    finally:
+        resp.close()
+    result['latency'] = round(time.monotonic() - start, 4)
+    result['text'] = ''.join(texts)
+    usage = result['usage']
+    if usage and isinstance(usage.get('completion_tokens'), int):
+        result['output_tokens'] = usage['completion_tokens']
+        result['prompt_tokens'] = usage.get('prompt_tokens')
+        result['tokens_counted_from'] = 'usage'
+    else:
+        result['output_tokens'] = result['chunks']
+        result['tokens_counted_from'] = 'chunks'
+    if result['error'] is None and not done:
+        result['error'] = 'the stream ended without data: [DONE]'
+        if raw_tail:
+            result['body'] = truncate('\n'.join(raw_tail))
+    result['ok'] = result['error'] is None and result['status'] == 200
+    return _finish(result)
+
+
+def http_argument_spec():
+    """argument_spec entries matching doc_fragments/openai_http.py."""
+    return dict(
+        base_url=dict(type='str', required=True),
+        api_key=dict(type='str', no_log=True),
+        headers=dict(type='dict', default={}),
+        validate_certs=dict(type='bool', default=True),
+        ca_path=dict(type='path'),
+        request_timeout=dict(type='float', default=60.0),
+    )
+
+
+def http_options(module):
+    """Validated connection settings from a module's params; fails the module on a bad base_url."""
+    params = module.params
+    try:
+        base_url = normalize_base_url(params['base_url'])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    if params['request_timeout'] <= 0:
+        module.fail_json(msg='request_timeout must be > 0 seconds, got %s' % params['request_timeout'])
+    return {
+        'base_url': base_url,
+        'headers': build_headers(params.get('api_key'), params.get('headers')),
+        'timeout': params['request_timeout'],
+        'validate_certs': params['validate_certs'],
+        'ca_path': params.get('ca_path'),
+    }
