@@ -4,7 +4,7 @@
 """HTTP for OpenAI-compatible servers: plain requests, and completions (streamed or not) with
 time-to-first-token measurement.
 
-Built on ansible.module_utils.urls.open_url (proxies, validate_certs, ca_path as every other
+Built on ansible.module_utils.urls.Request (proxies, validate_certs, ca_path as every other
 Ansible HTTP module). Nothing here ever puts the API key into a returned value or a message.
 """
 
@@ -13,15 +13,38 @@ from __future__ import annotations
 import json
 import socket
 import ssl
+import threading
 import time
 from urllib.error import HTTPError, URLError
 from urllib.parse import urlsplit
 
-from ansible.module_utils.urls import open_url
+from ansible.module_utils.urls import Request, make_context
 
 BODY_LIMIT = 500
 APIS = ('chat', 'completion')
 API_PATHS = {'chat': '/v1/chat/completions', 'completion': '/v1/completions'}
+
+
+_CONTEXTS = {}
+_CONTEXTS_LOCK = threading.Lock()
+
+
+def _ssl_context(validate_certs, ca_path):
+    """One TLS context per (validate_certs, ca_path), shared by every request and thread.
+
+    Building a context loads the system CA store (about 0.2 s of CPU); doing it per request, as
+    open_url does, would dominate the latency a load test measures.
+    """
+    key = (bool(validate_certs), ca_path)
+    with _CONTEXTS_LOCK:
+        if key not in _CONTEXTS:
+            _CONTEXTS[key] = make_context(cafile=ca_path, validate_certs=validate_certs)
+        return _CONTEXTS[key]
+
+
+def _open(url, data, headers, method, timeout, validate_certs, ca_path):
+    return Request().open(method, url, data=data, headers=headers, timeout=timeout, validate_certs=validate_certs,
+                          ca_path=ca_path, follow_redirects='safe', context=_ssl_context(validate_certs, ca_path))
 
 
 def normalize_base_url(url):
@@ -98,8 +121,7 @@ def http_request(url, method='GET', body=None, headers=None, timeout=30.0, valid
     start = time.monotonic()
     result = {'status': None, 'body': b'', 'headers': {}, 'seconds': None, 'error': None}
     try:
-        resp = open_url(url, data=data, headers=headers, method=method, timeout=timeout,
-                        validate_certs=validate_certs, ca_path=ca_path, follow_redirects='safe')
+        resp = _open(url, data, headers, method, timeout, validate_certs, ca_path)
         try:
             result['status'] = resp.status if hasattr(resp, 'status') else resp.getcode()
             result['headers'] = dict((k.lower(), v) for k, v in resp.headers.items())
@@ -233,8 +255,7 @@ def completion(base_url, api, model, prompt, max_tokens=16, stream=True, headers
 
     data = json.dumps(body).encode('utf-8')
     try:
-        resp = open_url(url, data=data, headers=hdrs, method='POST', timeout=timeout,
-                        validate_certs=validate_certs, ca_path=ca_path, follow_redirects='safe')
+        resp = _open(url, data, hdrs, 'POST', timeout, validate_certs, ca_path)
     except HTTPError as exc:
         result['status'] = exc.code
         result['error'] = 'HTTP %s' % exc.code

@@ -222,7 +222,13 @@ def vllm_summary(parsed):
         for key, names in list(GAUGES.items()) + list(COUNTERS.items()):
             series = pick(names)
             values = [v for labels, v in series or [] if _model_of(labels) == model]
-            figures[key] = _r(sum(values)) if values else None
+            if not values:
+                figures[key] = None
+            elif key == 'kv_cache_usage_perc':
+                # A fraction per engine: the fullest engine is what a threshold must see.
+                figures[key] = _r(max(values))
+            else:
+                figures[key] = _r(sum(values))
         if figures['requests_success_total'] is not None:
             figures['requests_success_total'] = int(figures['requests_success_total'])
 

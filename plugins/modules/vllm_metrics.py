@@ -111,7 +111,7 @@ figures:
       description: Requests queued.
       type: float
     kv_cache_usage_perc:
-      description: KV cache usage as a fraction 0 to 1.
+      description: KV cache usage as a fraction 0 to 1 (the fullest engine when there are several).
       type: float
     prompt_tokens_total:
       description: Prompt tokens processed since start.
