@@ -156,7 +156,7 @@ succeeded:
   description: Requests answered 200 with at least one generated token.
   returned: success
   type: int
-failed:
+failed_requests:
   description: Requests that did not succeed, the ones not sent included.
   returned: success
   type: int
@@ -329,7 +329,7 @@ def aggregate(results, params, duration):
     figures = {
         'sent': sum(1 for r in results if r['sent']),
         'succeeded': len(ok),
-        'failed': total - len(ok),
+        'failed_requests': total - len(ok),
         'not_sent': sum(1 for r in results if not r['sent']),
         'success_ratio': round(len(ok) / total, 4) if total else 0.0,
         'status_codes': codes,
@@ -350,7 +350,7 @@ def aggregate(results, params, duration):
             if r['sent'] and r.get('status') is not None:
                 name = r.get('upstream') or 'unknown'
                 spread[name] = spread.get(name, 0) + 1
-        figures['upstreams'] = spread
+        figures['upstreams'] = dict(sorted(spread.items()))
         skew = distribution_skew(spread.values())
         figures['distribution_skew'] = round(skew, 4) if skew is not None else None
     return figures
@@ -361,7 +361,7 @@ def check_thresholds(figures, params):
     limit = params.get('min_success_ratio')
     if limit is not None and figures['success_ratio'] < limit:
         problems.append('min_success_ratio: %d of %d requests succeeded (%s), required %s; status codes %s'
-                        % (figures['succeeded'], figures['succeeded'] + figures['failed'], figures['success_ratio'],
+                        % (figures['succeeded'], figures['succeeded'] + figures['failed_requests'], figures['success_ratio'],
                            limit, figures['status_codes']))
     limit = params.get('max_p99_latency')
     if limit is not None:

@@ -197,10 +197,14 @@ class Handler(BaseHTTPRequestHandler):
                 st.in_flight -= 1
 
 
+class StandinServer(ThreadingHTTPServer):
+    request_queue_size = 128  # the default 5 drops bursts of concurrent connects (1 s SYN retry)
+    daemon_threads = True
+
+
 @pytest.fixture
 def openai_server():
-    server = ThreadingHTTPServer(('127.0.0.1', 0), Handler)
-    server.daemon_threads = True
+    server = StandinServer(('127.0.0.1', 0), Handler)
     server.state = ServerState()
     server.state.base_url = 'http://127.0.0.1:%d' % server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)

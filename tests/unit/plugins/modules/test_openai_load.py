@@ -1,0 +1,132 @@
+"""openai_load: real concurrency against the loopback stand-in; aggregation and thresholds."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.llmops.vllm_cluster.plugins.modules import openai_load
+
+
+def args(st, **kw):
+    base = {'base_url': st.base_url, 'model': st.model, 'requests': 20, 'concurrency': 5, 'request_timeout': 5,
+            'deadline': 30}
+    base.update(kw)
+    return base
+
+
+def test_concurrency_is_real_and_bounded(openai_server, run_module):
+    st = openai_server
+    st.delay = 0.1
+    result, failed = run_module(openai_load, args(st, requests=20, concurrency=5))
+    assert not failed, result
+    assert result['succeeded'] == 20 and result['success_ratio'] == 1.0 and result['status_codes'] == {'200': 20}
+    assert result['max_in_flight'] == 5 and st.max_in_flight == 5
+    # 20 requests of >= 0.1 s at 5 in flight take >= 0.4 s, and far less than serially (2 s).
+    assert 0.4 <= result['duration'] < 1.9
+    assert result['latency']['count'] == 20 and result['latency']['p50'] >= 0.1
+    assert result['latency']['p50'] <= result['latency']['p90'] <= result['latency']['p99']
+    assert result['ttft']['count'] == 20
+    assert result['output_tokens_total'] == 80 and result['prompt_tokens_total'] == 140
+    assert result['output_tokens_per_second'] == pytest.approx(80 / result['duration'], rel=0.05)
+    prompts = {r[2]['messages'][0]['content'] for r in st.requests if r[0] == 'POST'}
+    assert len(prompts) == 4  # default prompt set used in turn
+
+
+def test_upstream_distribution_and_skew(openai_server, run_module):
+    st = openai_server
+    st.upstreams = ['10.0.0.1:8000', '10.0.0.2:8000', '10.0.0.3:8000', '10.0.0.4:8000']  # header values only
+    result, failed = run_module(openai_load, args(st, requests=40, concurrency=8, upstream_header='X-Upstream',
+                                                  min_upstreams=4, max_distribution_skew=0.0))
+    assert not failed, result
+    assert result['upstreams'] == dict((u, 10) for u in st.upstreams) and result['distribution_skew'] == 0.0
+    st.upstreams = ['a', 'a', 'a', 'b']
+    result, failed = run_module(openai_load, args(st, requests=40, concurrency=8, upstream_header='X-Upstream',
+                                                  min_upstreams=3, max_distribution_skew=0.5))
+    assert failed
+    assert "min_upstreams: 2 upstream(s) served requests ({'a': 30, 'b': 10}), required 3" in result['msg']
+    assert 'max_distribution_skew: skew 1.0 exceeds 0.5' in result['msg']
+
+
+def test_failures_counted_and_threshold_names_numbers(openai_server, run_module):
+    st = openai_server
+    st.completion_status = 503
+    result, failed = run_module(openai_load, args(st, min_success_ratio=0.95, stream=False))
+    assert failed
+    assert result['status_codes'] == {'503': 20} and result['succeeded'] == 0
+    assert ("min_success_ratio: 0 of 20 requests succeeded (0.0), required 0.95; status codes {'503': 20}"
+            in result['msg'])
+    assert result['failures_sample'][0]['status'] == 503 and len(result['failures_sample']) == 5
+
+
+def test_latency_and_ttft_thresholds(openai_server, run_module):
+    st = openai_server
+    st.first_token_delay = 0.15
+    result, failed = run_module(openai_load, args(st, requests=6, concurrency=3, max_p99_latency=0.05,
+                                                  max_p99_ttft=0.1))
+    assert failed
+    assert 'max_p99_latency: p99 latency' in result['msg'] and 'exceeds 0.05s' in result['msg']
+    assert 'max_p99_ttft: p99 TTFT' in result['msg'] and result['ttft']['p50'] >= 0.15
+
+
+def test_timeouts_and_deadline(openai_server, run_module):
+    st = openai_server
+    st.delay = 0.5
+    result, failed = run_module(openai_load, args(st, requests=6, concurrency=2, request_timeout=0.2, deadline=0.3))
+    assert not failed  # no threshold set: measured and reported
+    codes = result['status_codes']
+    assert codes.get('timeout', 0) >= 2 and codes.get('not_sent', 0) >= 1
+    assert sum(codes.values()) == 6 and result['succeeded'] == 0 and result['duration'] < 2
+
+
+def test_api_key_not_in_result(openai_server, run_module):
+    st = openai_server
+    st.api_key = 'sk-load-secret'
+    result, failed = run_module(openai_load, args(st, api_key='sk-load-secret', requests=4, model=None))
+    assert not failed and result['model'] == 'tiny-llama' and 'sk-load-secret' not in json.dumps(result)
+
+
+def test_check_mode_sends_nothing(openai_server, run_module):
+    st = openai_server
+    result, failed = run_module(openai_load, dict(args(st), _ansible_check_mode=True))
+    assert not failed and result['skipped'] and st.requests == []
+
+
+@pytest.mark.parametrize('bad, words', [
+    ({'concurrency': -1}, 'concurrency must be between 1 and 512, got -1'),
+    ({'concurrency': 0}, 'concurrency must be between 1 and 512'),
+    ({'concurrency': 1000}, 'concurrency must be between 1 and 512'),
+    ({'requests': 0}, 'requests must be between 1 and 100000'),
+    ({'model': ''}, 'model must not be empty'),
+    ({'prompts': []}, 'prompts must be a non-empty list'),
+    ({'prompts': ['a', '']}, 'prompts must be a non-empty list'),
+    ({'min_success_ratio': 1.5}, 'min_success_ratio must be between 0 and 1, got 1.5'),
+    ({'min_success_ratio': -0.1}, 'min_success_ratio must be between 0 and 1'),
+    ({'max_p99_latency': 0}, 'max_p99_latency must be > 0'),
+    ({'max_p99_ttft': 1, 'stream': False}, 'max_p99_ttft needs stream=true'),
+    ({'max_distribution_skew': 0.5}, 'max_distribution_skew needs upstream_header'),
+    ({'max_distribution_skew': -1, 'upstream_header': 'X'}, 'max_distribution_skew must be >= 0'),
+    ({'min_upstreams': 0, 'upstream_header': 'X'}, 'min_upstreams must be >= 1'),
+    ({'deadline': 0}, 'deadline must be > 0'),
+    ({'base_url': 'http://host:notaport'}, 'is not a valid URL'),
+])
+def test_bad_options(openai_server, run_module, bad, words):
+    st = openai_server
+    result, failed = run_module(openai_load, args(st, **bad))
+    assert failed and words in result['msg'], result['msg']
+    assert st.requests == []
+
+
+def test_aggregate_pure():
+    ok = {'sent': True, 'ok': True, 'status': 200, 'latency': 1.0, 'ttft': 0.1, 'output_tokens': 10,
+          'prompt_tokens': 5, 'upstream': 'a'}
+    bad = {'sent': True, 'ok': False, 'status': None, 'error': 'connection refused', 'latency': 0.01,
+           'output_tokens': 0}
+    skipped = {'sent': False, 'ok': False, 'status': None, 'error': 'not sent (deadline)'}
+    figures = openai_load.aggregate([ok, dict(ok, latency=3.0, upstream='b'), bad, skipped],
+                                    {'upstream_header': 'X-U'}, 2.0)
+    assert figures['status_codes'] == {'200': 2, 'connection refused': 1, 'not_sent': 1}
+    assert figures['success_ratio'] == 0.5 and figures['latency']['p50'] == 2.0
+    assert figures['upstreams'] == {'a': 1, 'b': 1}  # only requests that got an HTTP answer
+    assert figures['failed_requests'] == 2
+    assert figures['output_tokens_per_second'] == 10.0 and figures['requests_per_second'] == 1.0
