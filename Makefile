@@ -69,12 +69,17 @@ ansible-lint: collection
 	ansible-lint --profile production --strict
 
 # ansible-test needs the collection under ansible_collections/<ns>/<name>: stage a copy of the
-# tracked files there.
+# tracked and new files there, in a git repository of its own (ansible-test lists files with git;
+# inside this repo's ignored build/ it would see none).
+SANITY_DIR := build/sanity/ansible_collections/llmops/vllm_cluster
 sanity: collection
-	@rm -rf build/sanity && mkdir -p build/sanity/ansible_collections/llmops/vllm_cluster
-	git ls-files -co --exclude-standard -z | xargs -0 -I{} cp --parents {} build/sanity/ansible_collections/llmops/vllm_cluster/ 2>/dev/null || true
-	cd build/sanity/ansible_collections/llmops/vllm_cluster && \
-	  ansible-test sanity --python 3.11 --requirements --color no
+	@rm -rf build/sanity && mkdir -p $(SANITY_DIR)
+	@git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t $(SANITY_DIR)/
+	@cd $(SANITY_DIR) && git init -q && git add -A
+	@# ansible-test bootstraps pip with a script from an unreachable host: provide a stand-in.
+	@mkdir -p ~/.ansible/test/cache && for v in $$(grep -ohE "pip='[0-9.]+'" $(BIN)/../lib/python*/site-packages/ansible_test/_internal/python_requirements.py | grep -oE "[0-9.]+"); do \
+	  cp tests/sanity/get_pip_standin.py ~/.ansible/test/cache/get_pip_$$(echo $$v | tr . _).py; done
+	cd $(SANITY_DIR) && ansible-test sanity --python 3.11 --requirements --color no
 
 # Build the tarball, install it into a fresh collections path, and resolve it by FQCN there.
 build: collection

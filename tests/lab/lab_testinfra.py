@@ -63,3 +63,43 @@ def lab_host():
         return cache[name]
 
     return get
+
+
+class PlayResult:
+    def __init__(self, rc, output):
+        self.rc = rc
+        self.output = output
+
+    def __repr__(self):
+        return "PlayResult(rc=%s)\n%s" % (self.rc, self.output[-4000:])
+
+
+@pytest.fixture(scope="session")
+def run_play(tmp_path_factory):
+    """Run a playbook against this scenario's inventory: run_play(yaml_text, extra_vars={}, limit=None).
+
+    For behaviour that only a play shows: bad input refused before any change, a broken config
+    rejected while the working one keeps serving.
+    """
+    import json
+    import subprocess
+
+    inventory = os.environ.get("MOLECULE_INVENTORY_FILE")
+    workdir = tmp_path_factory.mktemp("plays")
+
+    def run(playbook, extra_vars=None, limit=None, check=False):
+        path = workdir / ("play%d.yml" % len(list(workdir.iterdir())))
+        path.write_text(playbook, encoding="utf-8")
+        cmd = ["ansible-playbook", "-i", inventory, str(path)]
+        if extra_vars:
+            cmd += ["-e", json.dumps(extra_vars)]
+        if limit:
+            cmd += ["--limit", limit]
+        if check:
+            cmd.append("--check")
+        env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                              timeout=900, check=False)
+        return PlayResult(proc.returncode, proc.stdout)
+
+    return run

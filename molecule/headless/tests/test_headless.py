@@ -22,3 +22,23 @@ def test_no_gui_process_left(host):
 def test_masked_display_manager_cannot_be_started(host):
     res = host.run("systemctl start lightdm")
     assert res.rc != 0 and "masked" in (res.stderr + res.stdout), res
+
+
+BOGUS_PLAY = """
+- name: Apply headless with a bad variable
+  hosts: all
+  gather_facts: false
+  roles:
+    - role: llmops.vllm_cluster.headless
+"""
+
+
+def test_bad_target_refused_before_any_change(host, run_play):
+    before = host.check_output("systemctl get-default")
+    res = run_play(BOGUS_PLAY, {"headless_default_target": "bogus.target"}, limit=host.backend.get_hostname())
+    assert res.rc != 0, res
+    # The argument spec names the variable and the valid values.
+    assert "headless_default_target" in res.output, res
+    assert "multi-user.target" in res.output and "graphical.target" in res.output, res
+    assert "changed=0" in res.output, res
+    assert host.check_output("systemctl get-default") == before
