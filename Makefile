@@ -15,7 +15,7 @@ SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/m
 GATE := tests/gate.sh
 
 .PHONY: help venv collection lab-setup lab-images lab-up lab-down lab-status demo test lint yamllint \
-        ansible-lint sanity units integration molecule build clean
+        ansible-lint sanity units integration molecule build docs clean
 
 help:
 	@sed -n '1,4p' Makefile
@@ -92,6 +92,10 @@ build: collection
 
 units: collection
 	pytest -q tests/unit
+
+# docs/variables.md is generated from the roles' argument specs (a unit test checks it is current).
+docs: venv
+	python tests/docs/gen_variables.py
 
 integration: collection
 	pytest -q tests/integration

@@ -1,0 +1,100 @@
+"""Generate docs/variables.md from every role's meta/argument_specs.yml.
+
+    python tests/docs/gen_variables.py          # rewrite docs/variables.md
+    python tests/docs/gen_variables.py --check  # exit 1 when docs/variables.md is stale
+
+tests/unit/test_docs.py runs the check, so the reference never drifts from the specs.
+"""
+import argparse
+import pathlib
+import sys
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+OUT = ROOT / "docs" / "variables.md"
+ORDER = ["headless", "network", "nvidia_driver", "container_toolkit", "dspark_build",
+         "vllm_service", "nginx_lb", "monitoring", "response_cache"]
+
+
+def _text(value):
+    if isinstance(value, list):
+        return " ".join(str(v).strip() for v in value)
+    return str(value or "").strip()
+
+
+def _cell(value):
+    return _text(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _default(opt):
+    if "default" not in opt:
+        return "*required*" if opt.get("required") else ""
+    val = opt["default"]
+    dumped = yaml.safe_dump(val, default_flow_style=True, width=10000).strip()
+    if dumped.endswith("\n..."):
+        dumped = dumped[:-4]
+    dumped = dumped.replace("\n...", "").strip()
+    if len(dumped) > 80:
+        dumped = dumped[:77] + "..."
+    return "`%s`" % dumped.replace("|", "\\|")
+
+
+def _type(opt):
+    kind = opt.get("type", "str")
+    if kind == "list" and opt.get("elements"):
+        kind = "list of %s" % opt["elements"]
+    return kind
+
+
+def _rows(options, prefix=""):
+    for name in sorted(options):
+        opt = options[name] or {}
+        choices = opt.get("choices")
+        desc = _cell(opt.get("description"))
+        if choices:
+            desc += " Choices: %s." % ", ".join("`%s`" % c for c in choices)
+        yield "| `%s%s` | %s | %s | %s |" % (prefix, name, _type(opt), _default(opt), desc)
+        if opt.get("options"):
+            yield from _rows(opt["options"], prefix="%s%s." % (prefix, name))
+
+
+def render():
+    roles = sorted(p.parent.parent.name for p in ROOT.glob("roles/*/meta/argument_specs.yml"))
+    roles.sort(key=lambda r: (ORDER.index(r) if r in ORDER else len(ORDER), r))
+    out = [
+        "# Role variables",
+        "",
+        "Generated from each role's `meta/argument_specs.yml` by `tests/docs/gen_variables.py`; do not",
+        "edit by hand. Ansible validates these types and choices before a role changes anything: a bad",
+        "value fails with the variable's name and the valid values.",
+        "",
+    ]
+    for role in roles:
+        spec = yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())
+        main = spec["argument_specs"]["main"]
+        out += ["## %s" % role, "", _text(main.get("short_description")), ""]
+        for para in main.get("description") or []:
+            out += [_text(para), ""]
+        out += ["| variable | type | default | description |", "| --- | --- | --- | --- |"]
+        out += list(_rows(main.get("options") or {}))
+        out.append("")
+    return "\n".join(out)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+    text = render()
+    if args.check:
+        if not OUT.exists() or OUT.read_text() != text:
+            print("docs/variables.md is stale: run python tests/docs/gen_variables.py", file=sys.stderr)
+            return 1
+        return 0
+    OUT.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
