@@ -26,7 +26,7 @@ description:
     module then returns C(unified_memory=true) and checks O(min_memory_mib) against the host memory.
   - Read-only; runs the same in check mode.
 author:
-  - llmops.vllm_cluster developers
+  - llmops.vllm_cluster developers (@llmops)
 options:
   nvidia_smi_path:
     description:
@@ -77,9 +77,11 @@ options:
     default: true
 attributes:
   check_mode:
+    description: Can run in check mode and return the same result without changing the target.
     support: full
     details: The module only reads; it gathers and checks in check mode too.
   diff_mode:
+    description: Would report what changed in diff mode; these modules change nothing.
     support: none
 notes:
   - Needs the NVIDIA driver's C(nvidia-smi) (driver 510 or later for the C(compute_cap) field).

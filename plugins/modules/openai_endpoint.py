@@ -22,7 +22,7 @@ description:
   - On failure says which stage failed, the HTTP status, the last response body (truncated) and the
     time spent. A 401 or 403 stops at once (a wrong O(api_key) does not heal by waiting).
 author:
-  - llmops.vllm_cluster developers
+  - llmops.vllm_cluster developers (@llmops)
 extends_documentation_fragment:
   - llmops.vllm_cluster.openai_http
 options:
@@ -83,9 +83,11 @@ options:
     type: int
 attributes:
   check_mode:
+    description: Can run in check mode and return the same result without changing the target.
     support: full
     details: The module only sends read requests and one small completion; it runs the same in check mode.
   diff_mode:
+    description: Would report what changed in diff mode; these modules change nothing.
     support: none
 seealso:
   - module: llmops.vllm_cluster.openai_load
@@ -299,8 +301,8 @@ def main():
         model=dict(type='str'),
         api=dict(type='str', choices=list(APIS), default='chat'),
         prompt=dict(type='str', default='Say hello.'),
-        max_tokens=dict(type='int', default=16),
-        min_output_tokens=dict(type='int', default=1),
+        max_tokens=dict(type='int', default=16, no_log=False),
+        min_output_tokens=dict(type='int', default=1, no_log=False),
         stream=dict(type='bool', default=True),
         extra_body=dict(type='dict', default={}),
         health_path=dict(type='str', default='/health'),

@@ -21,7 +21,7 @@ description:
   - The load is bounded - O(requests) in total, O(concurrency) at a time, O(request_timeout) per request
     and O(deadline) overall (requests not started by then count as not sent, that is failed).
 author:
-  - llmops.vllm_cluster developers
+  - llmops.vllm_cluster developers (@llmops)
 extends_documentation_fragment:
   - llmops.vllm_cluster.openai_http
 options:
@@ -103,9 +103,11 @@ options:
     type: int
 attributes:
   check_mode:
+    description: Can run in check mode and return the same result without changing the target.
     support: partial
     details: In check mode no request is sent; the task reports what it would send and is skipped.
   diff_mode:
+    description: Would report what changed in diff mode; these modules change nothing.
     support: none
 seealso:
   - module: llmops.vllm_cluster.openai_endpoint
@@ -400,7 +402,7 @@ def main():
         concurrency=dict(type='int', default=10),
         api=dict(type='str', choices=list(APIS), default='chat'),
         stream=dict(type='bool', default=True),
-        max_tokens=dict(type='int', default=32),
+        max_tokens=dict(type='int', default=32, no_log=False),
         prompts=dict(type='list', elements='str', default=[
             'Write one sentence about the sea.',
             'List three prime numbers.',

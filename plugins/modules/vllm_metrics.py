@@ -21,7 +21,7 @@ description:
   - Optional thresholds fail the task with the numbers.
   - Counters and histograms are totals since the server started.
 author:
-  - llmops.vllm_cluster developers
+  - llmops.vllm_cluster developers (@llmops)
 extends_documentation_fragment:
   - llmops.vllm_cluster.openai_http
 options:
@@ -66,9 +66,11 @@ options:
     type: float
 attributes:
   check_mode:
+    description: Can run in check mode and return the same result without changing the target.
     support: full
     details: The module only reads; it runs the same in check mode.
   diff_mode:
+    description: Would report what changed in diff mode; these modules change nothing.
     support: none
 seealso:
   - module: llmops.vllm_cluster.openai_load

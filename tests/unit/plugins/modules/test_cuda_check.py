@@ -26,16 +26,18 @@ def replay(tmp_path, name, query=None, query_rc=0, version=None, version_rc=0, b
             return 'echo "unexpected call" >&2; exit 99'
         return 'cat %s; exit %d' % (os.path.abspath(path), rc)
     script = tmp_path / name
-    script.write_text(
-        '#!/bin/sh\n'
-        'echo "$@" >> %s\n'
-        'case "$1" in\n'
-        '  --query-gpu=*) %s ;;\n'
-        '  --version) %s ;;\n'
-        '  "") %s ;;\n'
-        'esac\n'
-        'echo "unexpected arguments: $*" >&2; exit 98\n' % (tmp_path / (name + '.calls'), cat(query, query_rc),
-                                                              cat(version, version_rc), cat(banner, banner_rc)))
+    calls = tmp_path / (name + '.calls')
+    lines = [
+        '#!/bin/sh',
+        'echo "$@" >> %s' % calls,
+        'case "$1" in',
+        '  --query-gpu=*) %s ;;' % cat(query, query_rc),
+        '  --version) %s ;;' % cat(version, version_rc),
+        '  "") %s ;;' % cat(banner, banner_rc),
+        'esac',
+        'echo "unexpected arguments: $*" >&2; exit 98',
+    ]
+    script.write_text('\n'.join(lines) + '\n')
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return str(script)
 
