@@ -204,6 +204,16 @@ def test_real_h200_replay_and_recorded_module_runs(tmp_path, run_module, host):
         passed = json.load(handle)
     with open(os.path.join(H200, 'cuda_check_fail.json')) as handle:
         refused = json.load(handle)
-    assert not passed.get('failed') and passed['gpus'][0]['compute_capability'] == '9.0'
-    assert refused['failed'] and refused['failure_kind'] == 'requirements'
-    assert 'required 999' in refused['msg']
+    with open(os.path.join(H200, 'cuda_check_pass.rc')) as handle:
+        assert handle.read().strip() == '0'
+    with open(os.path.join(H200, 'cuda_check_fail.rc')) as handle:
+        assert handle.read().strip() != '0'  # the tree callback stores the result without 'failed'
+    assert passed['failed_requirements'] == [] and passed['gpus'][0]['compute_capability'] == '9.0'
+    assert passed['kernel_module']['version'] == passed['driver_version'] == '580.159.04'
+    assert passed['nvcc']['version'] == '13.0.88' and passed['unified_memory'] is False
+    assert refused['failure_kind'] == 'requirements'
+    assert refused['failed_requirements'] == ['min_driver_version: driver 580.159.04 is older than the required 999']
+    # The replay of the captured output gives the very facts the module returned on the host.
+    result, failed = run_module(cuda_check, args)
+    for key in ('gpus', 'gpu_count', 'driver_version', 'cuda_version', 'kernel_module'):
+        assert result[key] == passed[key], key
