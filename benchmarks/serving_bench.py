@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Serving benchmark: the balancer (nginx_lb) against one replica (vllm_service) directly.
+
+Prints numbers; it is not a timed test and asserts nothing. Same load, same run: the two targets
+are measured in alternating rounds (lb, direct, lb, direct, ...) at each concurrency level, so
+drift on a shared machine hits both alike. For every request it streams the completion and records
+the time to the first generated text (TTFT) and to the end of the stream (latency).
+
+Reports per target and level: successes, p50/p90/p99 latency and TTFT, output tokens/s; the ratios
+balancer/direct (p50 and p90 latency and TTFT); and how the balancer spread its requests over the
+replicas (from the response header nginx_lb adds, X-Upstream by default): counts, (max-min)/mean
+skew and coefficient of variation.
+
+At concurrency 1 the ratio is the proxy's own cost. At higher concurrency the balancer spreads
+the same load over every replica while "direct" puts it all on one, so ratios below 1 are expected
+there: that is the capacity the balancer adds.
+
+Bounded and lab-only: at most 500 requests per target and level, 64 in flight, a deadline; targets
+must be loopback or inside a podman network of this machine (the lab), nothing else is contacted.
+
+  python3 benchmarks/serving_bench.py --lb http://10.89.x.y --lb-key KEY \
+      --direct http://10.89.x.z:8000 --direct-key KEY --model tiny-llama
+"""
+import argparse
+import collections
+import http.client
+import ipaddress
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
+
+PROMPTS = [
+    "Write one sentence about the sea.",
+    "List three prime numbers.",
+    "Explain what a load balancer does.",
+    "Name a colour and a fruit.",
+]
+
+
+def lab_networks():
+    """Subnets of this machine's podman networks (the lab), plus loopback."""
+    nets = [ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")]
+    try:
+        names = subprocess.run(["podman", "network", "ls", "--format", "{{.Name}}"], capture_output=True,
+                               text=True, check=True, timeout=30).stdout.split()
+        if names:
+            data = json.loads(subprocess.run(["podman", "network", "inspect", *names], capture_output=True,
+                                             text=True, check=True, timeout=30).stdout)
+            for net in data:
+                for sub in net.get("subnets") or []:
+                    nets.append(ipaddress.ip_network(sub["subnet"]))
+    except (OSError, subprocess.SubprocessError, ValueError):
+        pass
+    return nets
+
+
+def check_lab_target(url, nets):
+    host = urlsplit(url).hostname
+    addrs = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    for addr in addrs:
+        ip = ipaddress.ip_address(addr)
+        if not any(ip in net for net in nets if net.version == ip.version):
+            sys.exit(f"serving_bench: {url} resolves to {addr}, outside loopback and this machine's podman "
+                     "networks; the benchmark only loads lab addresses")
+
+
+def one_request(url, key, model, prompt, max_tokens, header, timeout):
+    parts = urlsplit(url)
+    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    kwargs = {}
+    if parts.scheme == "https":
+        import ssl
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        kwargs["context"] = ctx
+    conn = conn_cls(parts.hostname, parts.port, timeout=timeout, **kwargs)
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
+                       "ignore_eos": True, "stream_options": {"include_usage": True}})
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    t0 = time.monotonic()
+    result = {"ok": False, "ttft": None, "latency": None, "tokens": 0, "upstream": None, "status": None}
+    try:
+        conn.request("POST", (parts.path.rstrip("/") or "") + "/v1/completions", body=body, headers=headers)
+        resp = conn.getresponse()
+        result["status"] = resp.status
+        result["upstream"] = resp.getheader(header) if header else None
+        while True:
+            line = resp.fp.readline()
+            if not line or line.strip() == b"data: [DONE]":
+                break
+            if not line.startswith(b"data: "):
+                continue
+            event = json.loads(line[6:])
+            if event.get("choices") and event["choices"][0].get("text") and result["ttft"] is None:
+                result["ttft"] = time.monotonic() - t0
+            if event.get("usage"):
+                result["tokens"] = event["usage"].get("completion_tokens", 0)
+        result["latency"] = time.monotonic() - t0
+        result["ok"] = resp.status == 200 and result["ttft"] is not None
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        result["error"] = str(exc)
+    finally:
+        conn.close()
+    return result
+
+
+def run_round(target, n, concurrency, args, offset, stop_at):
+    def work(i):
+        if time.monotonic() > stop_at:
+            return {"ok": False, "error": "deadline", "status": None, "upstream": None}
+        return one_request(target["url"], target["key"], args.model, PROMPTS[(offset + i) % len(PROMPTS)],
+                           args.max_tokens, args.upstream_header, args.request_timeout)
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(concurrency) as pool:
+        results = list(pool.map(work, range(n)))
+    return results, time.monotonic() - t0
+
+
+def pct(values, q):
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    k = (len(values) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def summary(results, seconds):
+    ok = [r for r in results if r["ok"]]
+    lat = [r["latency"] for r in ok]
+    ttft = [r["ttft"] for r in ok]
+    tokens = sum(r.get("tokens", 0) for r in ok)
+    return {
+        "requests": len(results), "ok": len(ok),
+        "lat_p50": pct(lat, 0.5), "lat_p90": pct(lat, 0.9), "lat_p99": pct(lat, 0.99),
+        "ttft_p50": pct(ttft, 0.5), "ttft_p90": pct(ttft, 0.9), "ttft_p99": pct(ttft, 0.99),
+        "tok_s": tokens / seconds if seconds else 0.0,
+        "errors": collections.Counter(r.get("error") or r.get("status") for r in results if not r["ok"]),
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--lb", required=True, help="balancer base URL (nginx_lb)")
+    p.add_argument("--lb-key", default="", help="API key for the balancer")
+    p.add_argument("--direct", required=True, help="one replica head's base URL (vllm_service)")
+    p.add_argument("--direct-key", default="", help="API key for the replica")
+    p.add_argument("--model", required=True)
+    p.add_argument("--requests", type=int, default=48, help="requests per target and level (max 500)")
+    p.add_argument("--levels", default="1,8", help="concurrency levels, comma-separated (each max 64)")
+    p.add_argument("--rounds", type=int, default=4, help="alternating rounds per level")
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--upstream-header", default="X-Upstream")
+    p.add_argument("--request-timeout", type=float, default=120)
+    p.add_argument("--deadline", type=float, default=600, help="seconds for the whole run")
+    args = p.parse_args()
+
+    levels = [int(x) for x in args.levels.split(",") if x]
+    if not 1 <= args.requests <= 500 or not all(1 <= c <= 64 for c in levels) or not 1 <= args.rounds <= 20:
+        sys.exit("serving_bench: --requests 1..500, --levels each 1..64, --rounds 1..20 (bounded load)")
+    nets = lab_networks()
+    targets = [{"name": "lb", "url": args.lb, "key": args.lb_key}, {"name": "direct", "url": args.direct, "key": args.direct_key}]
+    for t in targets:
+        check_lab_target(t["url"], nets)
+
+    stop_at = time.monotonic() + args.deadline
+    print(f"serving_bench: model {args.model}, {args.requests} streamed requests per target and level, "
+          f"max_tokens {args.max_tokens} (ignore_eos), {args.rounds} alternating rounds per level")
+    print(f"  lb     = {args.lb}\n  direct = {args.direct}\n")
+    report = {}
+    upstreams = collections.Counter()
+    per_round = max(1, args.requests // args.rounds)
+    for c in levels:
+        collected = {t["name"]: ([], 0.0) for t in targets}
+        for r in range(args.rounds):
+            order = targets if r % 2 == 0 else targets[::-1]
+            for t in order:
+                res, secs = run_round(t, per_round, c, args, r * per_round, stop_at)
+                done, total = collected[t["name"]]
+                collected[t["name"]] = (done + res, total + secs)
+                if t["name"] == "lb":
+                    upstreams.update(x["upstream"].split(", ")[-1] for x in res if x["ok"] and x.get("upstream"))
+        report[c] = {name: summary(res, secs) for name, (res, secs) in collected.items()}
+
+    head = f"{'conc':>4} {'target':<7} {'ok':>7} {'lat p50':>8} {'p90':>7} {'p99':>7} {'ttft p50':>9} {'p90':>7} {'p99':>7} {'tok/s':>7}"
+    print(head)
+    print("-" * len(head))
+    for c, rows in report.items():
+        for name, s in rows.items():
+            print(f"{c:>4} {name:<7} {s['ok']:>3}/{s['requests']:<3} {s['lat_p50']:>8.3f} {s['lat_p90']:>7.3f} "
+                  f"{s['lat_p99']:>7.3f} {s['ttft_p50']:>9.3f} {s['ttft_p90']:>7.3f} {s['ttft_p99']:>7.3f} {s['tok_s']:>7.1f}"
+                  + (f"  errors {dict(s['errors'])}" if s["errors"] else ""))
+    print("\nratios balancer / direct (same load, same run; < 1 means faster through the balancer)")
+    for c, rows in report.items():
+        lb, d = rows["lb"], rows["direct"]
+        print(f"  concurrency {c:>2}: latency p50 {lb['lat_p50'] / d['lat_p50']:.3f}  p90 {lb['lat_p90'] / d['lat_p90']:.3f}"
+              f"   TTFT p50 {lb['ttft_p50'] / d['ttft_p50']:.3f}  p90 {lb['ttft_p90'] / d['ttft_p90']:.3f}"
+              f"   tok/s {lb['tok_s'] / d['tok_s']:.3f}")
+    print(f"\ndistribution over replicas through the balancer ({args.upstream_header}):")
+    if upstreams:
+        counts = list(upstreams.values())
+        mean = statistics.mean(counts)
+        for up, n in sorted(upstreams.items()):
+            print(f"  {up:<24} {n:>5}  ({100 * n / sum(counts):.1f} %)")
+        cv = statistics.pstdev(counts) / mean if len(counts) > 1 else 0.0
+        print(f"  skew (max-min)/mean {(max(counts) - min(counts)) / mean:.3f}, coefficient of variation {cv:.3f}")
+    else:
+        print("  no upstream header seen")
+
+
+if __name__ == "__main__":
+    main()
