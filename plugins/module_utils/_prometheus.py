@@ -204,11 +204,16 @@ def vllm_summary(parsed):
     by_name = {}
     for name, labels, value in parsed['samples']:
         by_name.setdefault(name, []).append((labels, value))
-    models = {}
+    # Models are the model_name labels of vllm: series; info series without the label (such as
+    # vllm:cache_config_info) belong to no model. Without any model_name label, one unnamed model.
+    models = set()
+    has_vllm = False
     for name, series in by_name.items():
         if name.startswith('vllm:'):
-            for labels, _value in series:
-                models.setdefault(_model_of(labels), {})
+            has_vllm = True
+            models.update(labels[MODEL_LABEL] for labels, _value in series if MODEL_LABEL in labels)
+    if has_vllm and not models:
+        models.add('')
 
     def pick(names):
         for candidate in names:

