@@ -10,7 +10,10 @@ FABRIC = "molecule-network-fabric"
 
 
 def run_role(limit, extra):
-    """Run converge.yml against `limit` with extra vars; return (rc, output)."""
+    """Run converge.yml against `limit` with `extra` as that host's inventory vars; return (rc, output).
+
+    The overrides go into a second inventory source for that host only (extra vars would apply to
+    every host, peers included, and the peers' data is what the duplicate and fabric checks read)."""
     project = os.environ["MOLECULE_PROJECT_DIRECTORY"]
     scenario = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ)
@@ -21,11 +24,11 @@ def run_role(limit, extra):
         "ANSIBLE_NOCOLOR": "1",
     })
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-        json.dump(extra, fh)
+        json.dump({"all": {"hosts": {limit: extra}}}, fh)
     try:
         proc = subprocess.run(
             ["ansible-playbook", "-i", os.path.dirname(os.environ["MOLECULE_INVENTORY_FILE"]),
-             "--limit", limit, "-e", "@" + fh.name, os.path.join(scenario, "converge.yml")],
+             "-i", fh.name, "--limit", limit, os.path.join(scenario, "converge.yml")],
             env=env, capture_output=True, text=True, timeout=300, check=False)
     finally:
         os.unlink(fh.name)
