@@ -66,7 +66,9 @@ def test_every_target_is_up_and_gpu_targets_are_skipped(mon, heads, lab_groups):
         assert not down, down
         return targets
 
-    targets = eventually(check)
+    # The engine was started in prepare and loads while check, converge and idempotence run; on a
+    # loaded 2-core machine a CPU engine can take minutes to answer.
+    targets = eventually(check, timeout=480, interval=5)
     by_job = {}
     for t in targets:
         by_job.setdefault(t["labels"]["job"], set()).add(t["labels"]["instance"])
@@ -117,8 +119,7 @@ def test_rules_are_loaded_and_evaluate(mon):
 def test_traffic_through_the_balancer_is_counted(mon):
     ok = 0
     for i in range(6):  # bounded: 6 completions and 3 failing requests, all on the host's loopback
-        # A repetitive prompt: the ngram drafter finds its last words earlier in the context and drafts.
-        body = json.dumps({"model": "tiny-llama", "prompt": f"{i} hello world hello world hello world", "max_tokens": 8})
+        body = json.dumps({"model": "tiny-llama", "prompt": f"{i} hello world", "max_tokens": 8})
         code = mon.check_output(
             "curl -s -o /dev/null -w '%{http_code}' --max-time 60 -H 'Content-Type: application/json' "
             f"-d {shlex.quote(body)} http://127.0.0.1/v1/completions")
@@ -140,7 +141,8 @@ def test_traffic_through_the_balancer_is_counted(mon):
         assert value['sum(nginx_http_responses_total{code="502"})'] >= 3, value
         assert value['sum(nginx_connections_accepted)'] >= 9, value
         assert value['min(nginx_up)'] == 1, value
-        # Speculative decoding (ngram on the CPU engine): the recording rule's mean accepted length.
+        # Speculative decoding (draft_model on the CPU engine): the recording rule's mean accepted length
+        # (random tiny models: few or no drafts accepted, so about 1).
         mal = query(mon, 'llmops:vllm_spec_mean_accepted_length:rate5m{replica="r1"}')
         assert mal and 1.0 <= float(mal[0]["value"][1]) <= 4.0, mal  # 1 + accepted/drafts, 3 tokens drafted
         return value
