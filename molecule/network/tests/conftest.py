@@ -12,8 +12,9 @@ FABRIC = "molecule-network-fabric"
 def run_role(limit, extra):
     """Run converge.yml against `limit` with `extra` as that host's inventory vars; return (rc, output).
 
-    The overrides go into a second inventory source for that host only (extra vars would apply to
-    every host, peers included, and the peers' data is what the duplicate and fabric checks read)."""
+    The overrides are set with set_fact on that host only by converge_override.yml (extra vars would
+    apply to every host, peers included, and the peers' data is what the duplicate and fabric checks
+    read; a second inventory source loses to the scenario's host_vars)."""
     project = os.environ["MOLECULE_PROJECT_DIRECTORY"]
     scenario = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ)
@@ -24,11 +25,11 @@ def run_role(limit, extra):
         "ANSIBLE_NOCOLOR": "1",
     })
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-        json.dump({"all": {"hosts": {limit: extra}}}, fh)
+        json.dump({"network_test_override": extra}, fh)
     try:
         proc = subprocess.run(
             ["ansible-playbook", "-i", os.path.dirname(os.environ["MOLECULE_INVENTORY_FILE"]),
-             "-i", fh.name, "--limit", limit, os.path.join(scenario, "converge.yml")],
+             "--limit", limit, "-e", "@" + fh.name, os.path.join(scenario, "converge_override.yml")],
             env=env, capture_output=True, text=True, timeout=300, check=False)
     finally:
         os.unlink(fh.name)
