@@ -1,7 +1,6 @@
 """Issue 5 acceptance: two real vLLM CPU replicas (vllm_service) behind nginx (nginx_lb)."""
 import collections
 import re
-import time
 
 import yaml
 
@@ -141,12 +140,5 @@ def test_a_stopped_replica_leaves_the_others_serving(lab_host, lb, heads):
             served[headers["X-Upstream"].split(", ")[-1].split(":")[0]] += 1
         assert set(served) == {heads[HEADS[0]].address}, served
     finally:
+        # Started again for anyone looking at the lab afterwards; verify does not wait for it.
         h2.check_output("systemctl start vllm")
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if heads[HEADS[1]].complete()[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(3)
