@@ -24,6 +24,8 @@ LAB_HOSTS=${LAB_HOSTS:-dgx1 dgx2 dgx3 dgx4 lb1}
 LAB_IMAGE_REPO=${LAB_IMAGE_REPO:-localhost/llmops-lab}
 LAB_PREFIX=${LAB_PREFIX:-}
 LAB_EXTRA_OPTS=${LAB_EXTRA_OPTS:-}
+# vLLM's API and engine processes share a ~160 MiB ring buffer in /dev/shm; podman's default is 64 MiB.
+LAB_SHM_SIZE=${LAB_SHM_SIZE:-1g}
 # Host-side cache shared by lab runs (wheelhouse, tiny model, local git/apt stand-ins). Mounted
 # read-only into every lab host at /srv/llmops-lab: the stand-in for a site's internal mirror.
 LAB_CACHE=${LAB_CACHE:-/var/cache/llmops-lab}
@@ -172,7 +174,7 @@ up() {
     mkdir -p "$LAB_CACHE"
     podman run -d --name "$LAB_PREFIX$h" --hostname "$h" --network "$LAB_NETWORK" --network-alias "$h" \
       --label llmops.lab=1 --label "llmops.lab.network=$LAB_NETWORK" --systemd=always --cap-add "$LAB_CAPS" \
-      --tmpfs /tmp --tmpfs /run --tmpfs /run/lock -v "$LAB_CACHE:/srv/llmops-lab:ro" "${platform[@]}" $LAB_EXTRA_OPTS \
+      --tmpfs /tmp --tmpfs /run --tmpfs /run/lock -v "$LAB_CACHE:/srv/llmops-lab:ro" --shm-size "$LAB_SHM_SIZE" "${platform[@]}" $LAB_EXTRA_OPTS \
       "$(image_name "$suite" "$arch")" >/dev/null
   done
   for h in "${names[@]}"; do wait_booted "$h"; done
