@@ -30,7 +30,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
@@ -149,7 +148,7 @@ def summary(results, seconds):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     p.add_argument("--lb", required=True, help="balancer base URL (nginx_lb)")
     p.add_argument("--lb-key", default="", help="API key for the balancer")
     p.add_argument("--direct", required=True, help="one replica head's base URL (vllm_service)")

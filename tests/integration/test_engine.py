@@ -27,10 +27,10 @@ def test_completion_answered(vllm_server):
 
 
 def test_api_key_enforced_on_v1(vllm_server):
-    status, _ = http("POST", f"{vllm_server.base_url}/v1/completions",
+    status, _unused = http("POST", f"{vllm_server.base_url}/v1/completions",
                      {"model": vllm_server.model, "prompt": "hi", "max_tokens": 2})
     assert status == 401
-    status, _ = http("POST", f"{vllm_server.base_url}/v1/completions",
+    status, _unused = http("POST", f"{vllm_server.base_url}/v1/completions",
                      {"model": vllm_server.model, "prompt": "hi", "max_tokens": 2}, api_key="wrong")
     assert status == 401
 
@@ -47,7 +47,7 @@ def test_spec_decode_metrics_count_drafts(vllm_server):
     before = metric(vllm_server.metrics(), "vllm:spec_decode_num_drafts_total") or 0.0
     # Repetitive prompts give the ngram proposer matches to draft from.
     prompt = "one two three four one two three four one two three four one two three"
-    for _ in range(5):
+    for _unused in range(5):
         status, body = vllm_server.complete(prompt, max_tokens=24)
         assert status == 200, body
     text = vllm_server.metrics()

@@ -40,7 +40,7 @@ def known_metrics():
     for path in glob.glob(os.path.join(FIXTURES, "*.names.txt")):
         names |= _names(path)
     with open(os.path.join(ROLE, "files", "dcgm", "llmops-counters.csv"), encoding="utf-8") as fh:
-        rows = [r for r in csv.reader(line for line in fh if line.strip() and not line.startswith("#"))]
+        rows = list(csv.reader(line for line in fh if line.strip() and not line.startswith("#")))
     names |= {r[0].strip() for r in rows}
     with open(os.path.join(ROLE, "templates", "llmops.rules.yml.j2"), encoding="utf-8") as fh:
         names |= set(re.findall(r"record:\s*(\S+)", fh.read()))
@@ -149,7 +149,7 @@ def test_the_metric_extraction_sees_what_it_should():
 
 @pytest.mark.parametrize("name,dash", _dashboards())
 def test_the_dashboard_covers_what_operators_need(name, dash):
-    text = " ".join(e for _, e in _exprs(dash))
+    text = " ".join(e for _unused, e in _exprs(dash))
     for needed in ("vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_bucket",
                    "vllm:inter_token_latency_seconds_bucket", "vllm:num_requests_waiting",
                    "vllm:kv_cache_usage_perc", "vllm:spec_decode_num_accepted_tokens_total",
@@ -165,7 +165,7 @@ def test_every_query_is_valid_promql(name, dash, tmp_path):
     if not os.path.exists(promtool):
         pytest.skip("promtool is missing: tests/unit/test_alert_rules.py installs Debian's prometheus package for it")
     rules = [{"record": f"dashboard:check_{i}", "expr": _concrete(expr)}
-             for i, (_, expr) in enumerate(_exprs(dash))]
+             for i, (_unused, expr) in enumerate(_exprs(dash))]
     path = tmp_path / "dashboard-queries.rules.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}), encoding="utf-8")
     res = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False)

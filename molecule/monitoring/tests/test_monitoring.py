@@ -106,8 +106,9 @@ def test_rules_are_loaded_and_evaluate(mon):
         return groups
 
     groups = eventually(check, timeout=60)
-    assert {g["name"] for g in groups} >= {"llmops-vllm-recording", "llmops-vllm-alerts", "llmops-gpu-alerts",
-                                          "llmops-balancer-alerts", "llmops-exporter-alerts"}
+    expected = {"llmops-vllm-recording", "llmops-vllm-alerts", "llmops-gpu-alerts",
+                "llmops-balancer-alerts", "llmops-exporter-alerts"}
+    assert {g["name"] for g in groups} >= expected
     for g in groups:
         for r in g["rules"]:
             if r["type"] == "alerting":
@@ -125,7 +126,7 @@ def test_traffic_through_the_balancer_is_counted(mon):
             f"-d {shlex.quote(body)} http://127.0.0.1/v1/completions")
         ok += code == "200"
     assert ok == 6
-    for _ in range(3):
+    for _unused in range(3):
         assert mon.check_output("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1/broken") == "502"
 
     def check():

@@ -11,14 +11,14 @@ def test_balancer_health_and_no_version_banner(lb, lb_tls):
         status, headers, body = client.request("GET", "/lb-health", key=None)
         assert status == 200 and body == b"ok\n"
         assert headers.get("Server") == "nginx", headers  # server_tokens off: no version
-    status, _, body = lb.request("GET", "/nope", key=None)
+    status, _unused, body = lb.request("GET", "/nope", key=None)
     assert status == 404 and b"nginx/" not in body
 
 
 def test_replica_internals_are_not_exposed(lb):
     # /health and /metrics answer on the replicas themselves, but not through the edge.
     for path in ("/health", "/metrics", "/version", "/ping", "/", "/docs"):
-        status, _, _ = lb.request("GET", path)
+        status, _unused, _unused = lb.request("GET", path)
         assert status == 404, path
 
 
@@ -27,12 +27,12 @@ def test_edge_key_is_required_and_replaced_by_the_backend_key(lb):
     assert lb.request("POST", "/v1/completions", COMPLETION, key="wrong-key-but-long-enough")[0] == 401
     # The stand-in answers 401 unless it gets the backend key: 200 proves nginx replaced the header.
     for key in ("lab-edge-key-000000000001", "lab-edge-key-000000000002"):
-        status, _, body = lb.request("POST", "/v1/completions", COMPLETION, key=key)
+        status, _unused, body = lb.request("POST", "/v1/completions", COMPLETION, key=key)
         assert status == 200, body
 
 
 def test_tls_serves_the_self_signed_certificate(lab_host, lb_tls):
-    status, _, body = lb_tls.request("GET", "/v1/models")
+    status, _unused, body = lb_tls.request("GET", "/v1/models")
     assert status == 200 and json.loads(body)["data"][0]["id"] == "standin"
     lb1 = lab_host("nginx-lb-lb1")
     text = lb1.check_output("openssl x509 -in /etc/nginx/llmops/tls/vllm-lb.crt -noout -subject -ext subjectAltName")
@@ -42,14 +42,14 @@ def test_tls_serves_the_self_signed_certificate(lab_host, lb_tls):
 
 
 def test_requests_spread_evenly_and_name_their_replica(lb, backend_ips):
-    def one(_):
-        status, headers, _ = lb.request("POST", "/v1/completions", COMPLETION)
+    def one(_unused):
+        status, headers, _unused = lb.request("POST", "/v1/completions", COMPLETION)
         return status, headers.get("X-Upstream", "")
 
     with concurrent.futures.ThreadPoolExecutor(20) as pool:
         results = list(pool.map(one, range(60)))
-    assert all(s == 200 for s, _ in results), results
-    counts = collections.Counter(up.split(":")[0] for _, up in results)
+    assert all(s == 200 for s, _unused in results), results
+    counts = collections.Counter(up.split(":")[0] for _unused, up in results)
     assert set(counts) == set(backend_ips), counts
     assert max(counts.values()) - min(counts.values()) <= 12, counts
 
@@ -78,8 +78,8 @@ def test_a_stopped_replica_is_skipped(lb, lab_host, backend_ips):
     head2.check_output("systemctl stop standin-backend")
     try:
         ups = collections.Counter()
-        for _ in range(20):
-            status, headers, _ = lb.request("POST", "/v1/completions", COMPLETION)
+        for _unused in range(20):
+            status, headers, _unused = lb.request("POST", "/v1/completions", COMPLETION)
             assert status == 200
             ups[headers["X-Upstream"].split(", ")[-1].split(":")[0]] += 1
         assert set(ups) == {k for k, v in backend_ips.items() if v == "nginx-lb-head1"}, ups
@@ -102,7 +102,7 @@ def test_a_change_is_applied_by_reload_not_restart(lab_host, lb, run_converge):
     try:
         rc, out = run_converge({"nginx_lb_upstream_header": "X-Replica"})
         assert rc == 0, out[-3000:]
-        status, headers, _ = lb.request("POST", "/v1/completions", COMPLETION)
+        status, headers, _unused = lb.request("POST", "/v1/completions", COMPLETION)
         assert status == 200 and "X-Replica" in headers and "X-Upstream" not in headers, headers
         assert lb1.check_output("systemctl show -p MainPID --value nginx") == pid
     finally:

@@ -64,9 +64,9 @@ def test_fabric_and_offline_environment_reach_the_engine(lab_host):
 def test_replicas_require_their_key_and_answer(heads):
     for client in heads.values():
         assert client.complete(key="")[0] == 401
-        status, _, body = client.complete()
+        status, _unused, body = client.complete()
         assert status == 200, body
-        status, _, body = client.request("GET", "/metrics")
+        status, _unused, body = client.request("GET", "/metrics")
         assert status == 200 and b"vllm:num_requests_running" in body  # metrics on the API port
 
 
@@ -75,7 +75,7 @@ def test_edge_hides_the_replicas_internals(lb):
     for path in ("/health", "/metrics", "/version", "/"):
         assert lb.request("GET", path)[0] == 404, path
     assert lb.complete(key="")[0] == 401
-    status, headers, _ = lb.complete()
+    status, headers, _unused = lb.complete()
     assert status == 200 and headers.get("Server") == "nginx"
 
 
@@ -108,8 +108,9 @@ def test_unknown_flag_is_refused_and_the_running_engine_untouched(lab_host, head
 
 
 def test_seed_fields_are_refused_with_the_real_field_named(run_converge):
-    rc, out = run_converge({"vllm_service_speculative": {"method": "dspark", "num_speculative_tokens": 5,
-                                                          "speculative_ratio": 4, "verify_schedule": "smart"}})
+    seed_speculative = {"method": "dspark", "num_speculative_tokens": 5,
+                        "speculative_ratio": 4, "verify_schedule": "smart"}
+    rc, out = run_converge({"vllm_service_speculative": seed_speculative})
     assert rc != 0 and "num_speculative_tokens" in out and "enable_adaptive_verification" in out, out[-3000:]
     rc, out = run_converge({"vllm_service_extra_args": {"metrics_port": 8001}})
     assert rc != 0 and "no --metrics-port" in out and "/metrics" in out, out[-3000:]
@@ -134,7 +135,7 @@ def test_a_stopped_replica_leaves_the_others_serving(lab_host, lb, heads):
     h2.check_output("systemctl stop vllm")
     try:
         served = collections.Counter()
-        for _ in range(20):
+        for _unused in range(20):
             status, headers, body = lb.complete()
             assert status == 200, body
             served[headers["X-Upstream"].split(", ")[-1].split(":")[0]] += 1
