@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Serving benchmark: the balancer (nginx_lb) against one replica (vllm_service) directly.
 
 Prints numbers; it is not a timed test and asserts nothing. Same load, same run: the two targets

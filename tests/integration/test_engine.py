@@ -27,11 +27,10 @@ def test_completion_answered(vllm_server):
 
 
 def test_api_key_enforced_on_v1(vllm_server):
-    status, _unused = http("POST", f"{vllm_server.base_url}/v1/completions",
-                     {"model": vllm_server.model, "prompt": "hi", "max_tokens": 2})
+    body = {"model": vllm_server.model, "prompt": "hi", "max_tokens": 2}
+    status, _unused = http("POST", f"{vllm_server.base_url}/v1/completions", body)
     assert status == 401
-    status, _unused = http("POST", f"{vllm_server.base_url}/v1/completions",
-                     {"model": vllm_server.model, "prompt": "hi", "max_tokens": 2}, api_key="wrong")
+    status, _unused = http("POST", f"{vllm_server.base_url}/v1/completions", body, api_key="wrong")
     assert status == 401
 
 

@@ -90,9 +90,12 @@ arch_setup() {
   mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
   if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
     # Register with the F (fix binary) flag so containers find the interpreter.
+    # Keep Debian's flags (P is needed by its interpreter wrapper) and add F (fix binary) so
+    # containers find the interpreter.
     local line
-    line=$(sed -e 's/:[A-Z]*$//' /usr/lib/binfmt.d/qemu-aarch64.conf)
-    printf '%s:F\n' "$line" > /proc/sys/fs/binfmt_misc/register
+    line=$(cat /usr/lib/binfmt.d/qemu-aarch64.conf)
+    case ${line##*:} in *F*) ;; *) line="${line}F" ;; esac
+    printf '%s\n' "$line" > /proc/sys/fs/binfmt_misc/register
   fi
 }
 
@@ -122,7 +125,7 @@ build_image() {
   mkdir -p "$root"/var/lib/apt/lists/partial
   touch -d '2000-01-01' "$root"/var/lib/apt/lists
   echo "llmops-lab" > "$root/etc/hostname"
-  tar -C "$root" -c . | podman import \
+  tar -C "$root" -c . | podman import --arch "$arch" \
     --change 'CMD ["/lib/systemd/systemd"]' \
     --change 'ENV container=podman' \
     --change 'STOPSIGNAL SIGRTMIN+3' \

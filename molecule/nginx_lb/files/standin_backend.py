@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Stand-in for a vLLM head in the nginx_lb scenario (the vllm_service scenario uses real engines).
 
 A stdlib HTTP server on port 8000 that answers like vLLM's OpenAI server where the balancer's

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Build the lab's tiny Llama models: stand-ins for a real checkpoint (no model hub is reachable).
 
     <vllm-venv>/bin/python tests/lab/vllm/tiny_model.py [--out DIR]
