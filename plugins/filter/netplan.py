@@ -9,6 +9,7 @@ Only Python's standard library (ipaddress), so the collection needs no ansible.u
   netplan_duplicates({host: [cidr, ...]})            -> [message, ...]
   netplan_config(interfaces, bonds, renderer)        -> netplan document (dict)
   netplan_host_addresses(interfaces, bonds, roles)   -> [address without prefix, ...]
+  netplan_static_addresses(document)                 -> "IFACE CIDR ..." lines (links without DHCP)
 """
 
 from __future__ import annotations
@@ -230,6 +231,26 @@ def netplan_config(interfaces, bonds=None, renderer="networkd"):
     return {"network": network}
 
 
+def netplan_static_addresses(document):
+    """The static addresses a netplan document puts on each link that uses no DHCP, one line per link
+    ('IFACE CIDR CIDR ...'): what the role's rollback helper keeps when it removes addresses an
+    earlier configuration left behind (netplan and networkd do not remove them on a re-apply)."""
+    network = (document or {}).get("network") or {}
+    lines = []
+    for kind in ("ethernets", "bonds"):
+        for name, cfg in sorted((network.get(kind) or {}).items()):
+            cfg = cfg or {}
+            if cfg.get("dhcp4") or cfg.get("dhcp6"):
+                continue
+            cidrs = []
+            for addr in cfg.get("addresses") or []:
+                # netplan also accepts {ADDRESS: {label: ..., lifetime: ...}}
+                cidr = addr if isinstance(addr, str) else next(iter(addr))
+                cidrs.append(str(ipaddress.ip_interface(cidr)))
+            lines.append(" ".join([name] + cidrs))
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
 class FilterModule(object):
     """Netplan validation and rendering filters."""
 
@@ -239,4 +260,5 @@ class FilterModule(object):
             "netplan_duplicates": netplan_duplicates,
             "netplan_config": netplan_config,
             "netplan_host_addresses": netplan_host_addresses,
+            "netplan_static_addresses": netplan_static_addresses,
         }

@@ -137,3 +137,25 @@ def test_render_is_valid_netplan_shape():
 def test_filter_module_exports():
     assert set(netplan.FilterModule().filters()) == {
         "netplan_errors", "netplan_duplicates", "netplan_config", "netplan_host_addresses"}
+
+
+def test_static_addresses_lists_static_links_only():
+    doc = netplan.netplan_config(
+        [{"name": "eth1", "role": "fabric", "addresses": ["192.168.77.11/24", "fd00:77::b/64"]},
+         {"name": "eth0", "role": "management", "dhcp4": True},
+         {"name": "enp1s0f1np1", "link_local": ["ipv4"]}],
+        [{"name": "bond0", "interfaces": ["enp2s0", "enp3s0"], "addresses": ["10.9.0.1/24"]}])
+    out = netplan.netplan_static_addresses(doc)
+    assert out.splitlines() == [
+        "enp1s0f1np1",            # static, no address: every earlier address is stale
+        "enp2s0", "enp3s0",       # bond members carry no address of their own
+        "eth1 192.168.77.11/24 fd00:77::b/64",
+        "bond0 10.9.0.1/24",
+    ]
+    assert "eth0" not in out      # DHCP links are never pruned
+
+
+def test_static_addresses_accepts_netplan_mapping_form_and_empty():
+    doc = {"network": {"ethernets": {"eth1": {"addresses": [{"10.0.0.5/24": {"label": "eth1:fab"}}]}}}}
+    assert netplan.netplan_static_addresses(doc) == "eth1 10.0.0.5/24\n"
+    assert netplan.netplan_static_addresses({"network": {"version": 2}}) == ""
