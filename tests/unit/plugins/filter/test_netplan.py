@@ -136,7 +136,8 @@ def test_render_is_valid_netplan_shape():
 
 def test_filter_module_exports():
     assert set(netplan.FilterModule().filters()) == {
-        "netplan_errors", "netplan_duplicates", "netplan_config", "netplan_host_addresses"}
+        "netplan_errors", "netplan_duplicates", "netplan_config", "netplan_host_addresses",
+        "netplan_static_addresses"}
 
 
 def test_static_addresses_lists_static_links_only():
