@@ -212,6 +212,8 @@ down() {
 status() { podman ps -a --filter label=llmops.lab=1 --format 'table {{.Names}}\t{{.Status}}\t{{.Image}}'; }
 
 cmd=${1:-}; shift || true
+# Several jobs (a CI run, molecule scenarios, the demo) may prepare the lab at once: one at a time.
+case "$cmd" in setup|image|images) exec 8>/run/llmops-lab.lock; flock 8 ;; esac
 case "$cmd" in
   setup) setup ;;
   image) setup; image "$@" ;;
