@@ -121,7 +121,7 @@ def start_server(extra_args=(), timeout=None):
         str(VENV / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
         "--host", "127.0.0.1", "--port", str(port),
         "--model", str(MODEL_DIR), "--served-model-name", SERVED_NAME,
-        "--enforce-eager", "--max-model-len", "512", "--max-num-seqs", "16",
+        "--enforce-eager", "--dtype", "float32", "--max-model-len", "512", "--max-num-seqs", "16",
         "--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": NUM_SPEC_TOKENS,
                                             "prompt_lookup_max": 4, "prompt_lookup_min": 1}),
         *extra_args,
