@@ -1,0 +1,157 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmops.vllm_cluster developers
+# Apache License 2.0 (see galaxy.yml)
+"""Filters for the firewall role: validate ports and address lists, and turn the inventory's
+groups into nftables address sets.
+
+Only Python's standard library (ipaddress), so the collection needs no ansible.utils/netaddr.
+
+  firewall_port_errors(ports, name)          -> [message, ...] (empty when every port is 1..65535)
+  firewall_cidr_errors(values, name)         -> [message, ...] (empty when every entry is an address or network)
+  firewall_split(values)                     -> {'v4': [...], 'v6': [...]} (collapsed; non-addresses skipped)
+  firewall_plan(services, addresses_by_host) -> {'services': [...], 'errors': [...]}
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,23}$")
+PROTOCOLS = ("tcp", "udp")
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def firewall_port_errors(ports, name="ports"):
+    """Messages naming the variable for every entry that is not a port number (1..65535)."""
+    if ports is None:
+        return []
+    single = not isinstance(ports, (list, tuple))
+    errors = []
+    for idx, port in enumerate([ports] if single else ports):
+        ok = _is_int(port) or (isinstance(port, str) and port.isdigit())
+        if not ok or not 1 <= int(port) <= 65535:
+            where = name if single else "%s[%d]" % (name, idx)
+            errors.append("%s: '%s' is not a port number (an integer 1..65535)" % (where, port))
+    return errors
+
+
+def _network(value):
+    """ip_network for an address or ADDRESS/PREFIX; raises ValueError with a reason."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("must be an IPv4/IPv6 address or network such as 10.0.0.0/24")
+    text = value.strip()
+    if "/" in text:
+        addr, prefix = text.split("/", 1)
+        if not prefix.isdigit():
+            raise ValueError("prefix '%s' is not a number" % prefix)
+        ipaddress.ip_address(addr)  # a clear reason for a bad address part
+    return ipaddress.ip_network(text, strict=True)
+
+
+def firewall_cidr_errors(values, name="cidrs"):
+    """Messages naming the variable for every entry that is not an address or network (host bits refused)."""
+    if values is None:
+        return []
+    if not isinstance(values, (list, tuple)):
+        return ["%s: must be a list of addresses or networks (for example ['10.0.0.0/24']), got '%s'" % (name, values)]
+    errors = []
+    for idx, value in enumerate(values):
+        try:
+            _network(value)
+        except ValueError as exc:
+            errors.append("%s[%d]: '%s' is not an IPv4/IPv6 address or network (%s)" % (name, idx, value, exc))
+    return errors
+
+
+def _addresses(values):
+    """ip_network objects of the entries that are addresses or networks; host names and bad entries are skipped."""
+    out = []
+    for value in values or []:
+        if not isinstance(value, str):
+            continue
+        text = value.strip().split("%", 1)[0]  # fe80::1%eth0: the zone is not part of the address
+        try:
+            out.append(ipaddress.ip_network(text, strict=False))
+        except ValueError:
+            continue
+    return out
+
+
+def firewall_split(values):
+    """{'v4': [...], 'v6': [...]}: the addresses and networks of values, collapsed, as nft set elements."""
+    nets = _addresses(values)
+    out = {}
+    for version, key in ((4, "v4"), (6, "v6")):
+        group = [n for n in nets if n.version == version]
+        out[key] = [str(n.network_address) if n.num_addresses == 1 else str(n)
+                    for n in ipaddress.collapse_addresses(group)]
+    return out
+
+
+def firewall_plan(services, addresses_by_host):
+    """Resolve each protected service's source hosts into address sets and check the plan.
+
+    services: [{name, protocol, ports, hosts, cidrs, origin}] where hosts are inventory names,
+    cidrs already validated, origin names the variable(s) the service comes from (for messages).
+    addresses_by_host: {host: [address, ...]} (host names and bad entries are skipped).
+    """
+    errors = []
+    out = []
+    seen_ports = {}
+    names = set()
+    for svc in services or []:
+        name = svc.get("name")
+        origin = svc.get("origin", name)
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            errors.append("%s: service name '%s' must match %s" % (origin, name, NAME_RE.pattern))
+            continue
+        if name in names:
+            errors.append("%s: service name '%s' is used twice" % (origin, name))
+            continue
+        names.add(name)
+        protocol = svc.get("protocol", "tcp")
+        if protocol not in PROTOCOLS:
+            errors.append("%s: protocol '%s' must be one of %s" % (origin, protocol, ", ".join(PROTOCOLS)))
+            continue
+        port_errors = firewall_port_errors(list(svc.get("ports") or []), origin + ".ports")
+        if port_errors:
+            errors.extend(port_errors)
+            continue
+        ports = sorted(set(int(p) for p in svc.get("ports") or []))
+        if not ports:
+            errors.append("%s: no ports to protect" % origin)
+            continue
+        for port in ports:
+            key = (protocol, port)
+            if key in seen_ports:
+                errors.append("%s: %s port %d is already protected by %s; a port belongs to one service"
+                              % (origin, protocol, port, seen_ports[key]))
+            else:
+                seen_ports[key] = origin
+        sources = list(svc.get("cidrs") or [])
+        for host in sorted(set(svc.get("hosts") or [])):
+            addrs = firewall_split((addresses_by_host or {}).get(host) or [])
+            if not addrs["v4"] and not addrs["v6"]:
+                errors.append("%s: no address is known for source host '%s'; set firewall_host_addresses for it "
+                              "(host_vars) or let the role gather its facts (firewall_gather_facts)" % (origin, host))
+            sources.extend(addrs["v4"] + addrs["v6"])
+        split = firewall_split(sources)
+        out.append({"name": name, "protocol": protocol, "ports": ports, "origin": origin,
+                    "v4": split["v4"], "v6": split["v6"]})
+    return {"services": out, "errors": errors}
+
+
+class FilterModule(object):
+    """Firewall validation and planning filters."""
+
+    def filters(self):
+        return {
+            "firewall_port_errors": firewall_port_errors,
+            "firewall_cidr_errors": firewall_cidr_errors,
+            "firewall_split": firewall_split,
+            "firewall_plan": firewall_plan,
+        }
