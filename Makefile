@@ -23,7 +23,7 @@ SCENARIOS ?= $(CI_SCENARIOS)
 GATE := tests/gate.sh
 
 .PHONY: help venv collection lab-setup lab-images lab-vllm lab-up lab-down lab-status demo test lint yamllint \
-        ansible-lint sanity units integration molecule molecule-all build docs clean
+        ansible-lint sanity units integration molecule molecule-all build docs bench-cluster clean
 
 help:
 	@sed -n '1,4p' Makefile
@@ -124,6 +124,10 @@ molecule: collection lab-images lab-vllm
 
 molecule-all:
 	$(MAKE) --no-print-directory molecule SCENARIOS="$(ALL_SCENARIOS)"
+
+# Issue 6's cluster benchmark and zero-failure rolling-upgrade test (long: not part of `make test`).
+bench-cluster: collection lab-vllm lab-up
+	python3 benchmarks/cluster_bench.py
 
 clean: lab-down
 	rm -rf build .cache/collections

@@ -1,0 +1,192 @@
+"""Cluster benchmark and rolling-upgrade test on the lab (issue 6). Prints numbers.
+
+Runs against the lab that `make lab-up` started (inventories/lab: dgx1..dgx4 replicas, lb1):
+
+  converge  site.yml timed three ways in one run: the full converge (cold on a fresh lab), the
+            no-change re-run (it must report changed=0), and a tagged single-layer re-run
+            (--tags vllm_service); printed with their ratios to the full converge.
+  rolling   constant streaming load through the balancer (lb1) while playbooks/upgrade.yml
+            (1) restarts every replica, (2) pushes an engine-config change (max_num_seqs) and
+            (3) pushes it back, replica by replica. Every request is counted: the table gives, per
+            phase, requests sent, failed, and the time each replica took. Any failed request makes
+            the exit status 1: this is the zero-failure test of the rolling upgrade.
+
+Bounded and lab-only: the load has a fixed concurrency, a per-phase deadline and a request cap;
+the balancer address must be loopback or inside one of this machine's podman networks.
+
+  make bench-cluster                      # both parts (the Makefile target brings the lab up)
+  python3 benchmarks/cluster_bench.py --skip-converge
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serving_bench import PROMPTS, check_lab_target, lab_networks, one_request, pct  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INVENTORY = os.path.join(REPO, "inventories", "lab")
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+REPLICA_DONE = re.compile(r"upgrade: replica (\S+) changed and back in the balancer after ([0-9.]+) s")
+
+
+def playbook(name, *args, log=None):
+    """Run one playbook on the lab; return (seconds, changed total, failed total, output)."""
+    cmd = ["ansible-playbook", "-i", INVENTORY, os.path.join(REPO, "playbooks", name), *args]
+    print("[cluster_bench] " + " ".join(cmd), flush=True)
+    t0 = time.monotonic()
+    # JSON results: one line per message (the YAML format may fold the replica timing line).
+    env = dict(os.environ, ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_FORCE_COLOR="0")
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
+    seconds = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    if log:
+        with open(log, "a") as fh:
+            fh.write(out)
+    recap = RECAP.findall(out)
+    changed = sum(int(r[2]) for r in recap)
+    failed = sum(int(r[3]) + int(r[4]) for r in recap) + (0 if proc.returncode == 0 else 1)
+    if proc.returncode != 0:
+        print(out[-4000:], file=sys.stderr)
+    return seconds, changed, failed, out
+
+
+def lab_vars():
+    """The balancer's address and the edge key, as the lab inventory defines them."""
+    addr = subprocess.run(["podman", "inspect", "lb1", "--format",
+                           "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}"],
+                          capture_output=True, text=True, check=True).stdout.split()[0]
+    with open(os.path.join(INVENTORY, "group_vars", "all.yml")) as fh:
+        key = re.search(r"^lab_edge_api_key:\s*(\S+)", fh.read(), re.M).group(1)
+    return f"http://{addr}", key
+
+
+class Load:
+    """Constant streaming load: `concurrency` workers, each sending one request after another."""
+
+    def __init__(self, url, key, model, concurrency, max_tokens, cap):
+        self.url, self.key, self.model = url, key, model
+        self.concurrency, self.max_tokens, self.cap = concurrency, max_tokens, cap
+        self.results, self.lock, self.stop = [], threading.Lock(), threading.Event()
+        self.threads = []
+
+    def _worker(self, n):
+        i = n
+        while not self.stop.is_set():
+            with self.lock:
+                if len(self.results) >= self.cap:
+                    return
+            r = one_request(self.url, self.key, self.model, PROMPTS[i % len(PROMPTS)], self.max_tokens,
+                            "X-Upstream", 120)
+            r["t"] = time.monotonic()
+            with self.lock:
+                self.results.append(r)
+            i += self.concurrency
+
+    def start(self):
+        self.stop.clear()
+        self.threads = [threading.Thread(target=self._worker, args=(n,), daemon=True)
+                        for n in range(self.concurrency)]
+        for t in self.threads:
+            t.start()
+
+    def take(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=180)
+        with self.lock:
+            out, self.results = self.results, []
+        return out
+
+
+def converge_part(log):
+    rows = []
+    for label, args in (("full converge", ()), ("no-change re-run", ()),
+                        ("--tags vllm_service re-run", ("--tags", "vllm_service"))):
+        seconds, changed, failed, _ = playbook("site.yml", *args, log=log)
+        rows.append((label, seconds, changed, failed))
+    full = rows[0][1]
+    print("\n=== site.yml on the lab (one run)")
+    print(f"{'run':30} {'seconds':>9} {'changed':>8} {'failed':>7} {'ratio to full':>14}")
+    for label, seconds, changed, failed in rows:
+        print(f"{label:30} {seconds:9.1f} {changed:8d} {failed:7d} {seconds / full:14.3f}")
+    problems = [f"{label}: {failed} failed" for label, _, _, failed in rows if failed]
+    if rows[1][2] != 0:
+        problems.append(f"no-change re-run reported changed={rows[1][2]}")
+    return problems
+
+
+def rolling_part(args, log):
+    url, key = args.lb or lab_vars()[0], args.lb_key or lab_vars()[1]
+    check_lab_target(url, lab_networks())
+    base = json.loads(subprocess.run(
+        ["ansible-inventory", "-i", INVENTORY, "--host", "dgx1"], cwd=REPO, capture_output=True, text=True,
+        check=True).stdout).get("vllm_service_engine", {})
+    changed_engine = dict(base, max_num_seqs=max(1, int(base.get("max_num_seqs", 64)) // 2))
+    phases = [
+        ("rolling restart", ["-e", "upgrade_layer=restart"]),
+        ("engine config change", ["-e", "upgrade_layer=vllm_service",
+                                  "-e", json.dumps({"vllm_service_engine": changed_engine})]),
+        ("engine config back", ["-e", "upgrade_layer=vllm_service"]),
+    ]
+    load = Load(url, key, args.model, args.concurrency, args.max_tokens, args.cap)
+    table, problems = [], []
+    for label, extra in phases:
+        load.start()
+        time.sleep(2)
+        seconds, _, failed, out = playbook("upgrade.yml", *extra, log=log)
+        time.sleep(2)
+        results = load.take()
+        bad = [r for r in results if not r["ok"]]
+        lat = [r["latency"] for r in results if r["ok"]]
+        replicas = REPLICA_DONE.findall(out)
+        table.append((label, seconds, len(results), len(bad), pct(lat, 0.5), pct(lat, 0.99), replicas,
+                      sorted({str(r.get("error") or r.get("status")) for r in bad})))
+        if failed:
+            problems.append(f"{label}: upgrade.yml failed")
+        if bad:
+            problems.append(f"{label}: {len(bad)} of {len(results)} requests failed")
+    print(f"\n=== rolling upgrades under load (concurrency {args.concurrency}, max_tokens {args.max_tokens})")
+    print(f"{'phase':22} {'seconds':>8} {'sent':>6} {'failed':>7} {'p50 s':>7} {'p99 s':>7}  time per replica")
+    for label, seconds, sent, failed, p50, p99, replicas, errors in table:
+        per = ", ".join(f"{r} {float(s):.1f}s" for r, s in replicas) or "-"
+        print(f"{label:22} {seconds:8.1f} {sent:6d} {failed:7d} {p50:7.2f} {p99:7.2f}  {per}")
+        if errors:
+            print(f"{'':22} errors: {errors}")
+    return problems
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    p.add_argument("--skip-converge", action="store_true", help="only the rolling part")
+    p.add_argument("--skip-rolling", action="store_true", help="only the converge timings")
+    p.add_argument("--lb", default="", help="balancer base URL (default: lb1 of the lab)")
+    p.add_argument("--lb-key", default="", help="edge API key (default: the lab's)")
+    p.add_argument("--model", default="tiny-llama")
+    p.add_argument("--concurrency", type=int, default=4, choices=range(1, 33), metavar="1..32")
+    p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--cap", type=int, default=20000, help="most requests per phase")
+    p.add_argument("--log", default=os.path.join(REPO, "reports", "cluster_bench.log"))
+    args = p.parse_args()
+    os.makedirs(os.path.dirname(args.log), exist_ok=True)
+    open(args.log, "w").close()
+    problems = []
+    if not args.skip_converge:
+        problems += converge_part(args.log)
+    if not args.skip_rolling:
+        problems += rolling_part(args, args.log)
+    print(f"\nplaybook output: {args.log}")
+    if problems:
+        print("FAILED: " + "; ".join(problems))
+        return 1
+    print("OK: no failed request, no failed play" + ("" if args.skip_converge else ", re-run changed=0"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
