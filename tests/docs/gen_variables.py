@@ -13,7 +13,7 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "docs" / "variables.md"
-ORDER = ["headless", "network", "nvidia_driver", "container_toolkit", "dspark_build",
+ORDER = ["headless", "network", "firewall", "nvidia_driver", "container_toolkit", "dspark_build",
          "vllm_service", "nginx_lb", "monitoring", "response_cache"]
 
 
