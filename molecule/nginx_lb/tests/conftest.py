@@ -95,3 +95,54 @@ def run_converge():
         return res.returncode, res.stdout + res.stderr
 
     return run
+
+
+CLIENT = "nginx-lb-client"
+DRAIN = "/usr/local/libexec/llmops/nginx-lb-drain"
+CONF = "/etc/nginx/conf.d/llmops-vllm.conf"
+STATE = "/var/lib/llmops/nginx-lb-drained"
+MEASUREMENTS = os.environ.get("NGINX_LB_MEASUREMENTS", "/tmp/nginx_lb-measurements.jsonl")
+
+
+@pytest.fixture(scope="session")
+def lb_host(lab_host):
+    return lab_host(LB)
+
+
+@pytest.fixture(scope="session")
+def client_host(lab_host):
+    return lab_host(CLIENT)
+
+
+@pytest.fixture(scope="session")
+def drain(lb_host):
+    """drain('drain', 'r1') runs nginx-lb-drain on the balancer as upgrade.yml does; returns the command result."""
+    def run(*args):
+        return lb_host.run(" ".join([DRAIN] + [f"'{a}'" for a in args]))
+    return run
+
+
+@pytest.fixture(scope="session")
+def master_pid(lb_host):
+    return lambda: lb_host.check_output("systemctl show -p MainPID --value nginx")
+
+
+def measure(name, **values):
+    """Appends one measurement (a burst's counts, a timing) for the report."""
+    with open(MEASUREMENTS, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(dict(values, test=name, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))) + "\n")
+
+
+def upstream_of(headers):
+    """The address of the replica that answered (the last one tried)."""
+    return headers.get("X-Upstream", "").split(", ")[-1].split(":")[0]
+
+
+def wait_until(check, timeout=20, interval=0.2):
+    """Polls check() until it returns a truthy value; returns the last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)

@@ -1,0 +1,144 @@
+"""nginx-lb-drain, the helper playbooks/upgrade.yml runs on every balancer: a replica (the heads'
+vllm_service_replica, r1 and r2 here) taken out of the upstream and put back by nginx -t + reload,
+state that a converge keeps, idempotent output, a failed nginx -t restoring the file."""
+import json
+import re
+
+from conftest import CONF, STATE, upstream_of, wait_until
+
+COMPLETION = {"model": "standin", "prompt": "Hello", "max_tokens": 4}
+
+
+def _status(drain):
+    res = drain("status")
+    assert res.rc == 0, res.stderr
+    return {line.split()[0]: (line.split()[1], line.split()[2]) for line in res.stdout.splitlines() if line.strip()}
+
+
+def _only_to(lb, address, count=10):
+    """True when `count` requests in a row were all answered by `address`."""
+    for _unused in range(count):
+        status, headers, _unused = lb.request("POST", "/v1/completions", COMPLETION)
+        if status != 200 or upstream_of(headers) != address:
+            return False
+    return True
+
+
+def _both(lb, addresses, tries=30):
+    seen = set()
+    for _unused in range(tries):
+        status, headers, _unused = lb.request("POST", "/v1/completions", COMPLETION)
+        assert status == 200
+        seen.add(upstream_of(headers))
+        if seen >= set(addresses):
+            return True
+    return False
+
+
+def _ip(backend_ips, name):
+    return next(ip for ip, host in backend_ips.items() if host == name)
+
+
+def test_upstream_has_a_marker_per_replica_and_status_lists_them(lb_host, drain, backend_ips):
+    conf = lb_host.file(CONF).content_string
+    for replica, head in (("r1", "nginx-lb-head1"), ("r2", "nginx-lb-head2")):
+        line = next(x for x in conf.splitlines() if x.rstrip().endswith("# llmops-replica=" + replica))
+        assert re.match(r"^\s*server \S+:8000 max_fails=2 fail_timeout=30s;  # llmops-replica=%s$" % replica, line), line
+        # The address as the upstream names it (here the lab host's name; on a cluster its address).
+        assert _status(drain)[replica] == (head + ":8000", "serving")
+        assert _ip(backend_ips, head)
+
+
+def test_unknown_replica_exits_2_naming_the_valid_ones(drain):
+    for action in ("drain", "undrain"):
+        res = drain(action, "nginx-lb-head1")  # a host name, not a replica name
+        assert res.rc == 2, (res.rc, res.stdout, res.stderr)
+        assert "unknown replica 'nginx-lb-head1'" in res.stderr and "r1 r2" in res.stderr, res.stderr
+        assert "changed" not in res.stdout
+    assert drain("drain").rc == 2 and drain("restart", "r1").rc == 2
+
+
+def test_drain_and_undrain_by_reload_idempotent(lb, lb_host, drain, master_pid, backend_ips):
+    head1, head2 = _ip(backend_ips, "nginx-lb-head1"), _ip(backend_ips, "nginx-lb-head2")
+    pid = master_pid()
+    try:
+        res = drain("drain", "r2")
+        assert res.rc == 0 and res.stdout.startswith("changed: replica r2 drained"), (res.stdout, res.stderr)
+        assert _status(drain)["r2"][1] == "drained" and _status(drain)["r1"][1] == "serving"
+        assert lb_host.file(STATE).content_string.split() == ["r2"]
+        assert " down;  # llmops-replica=r2" in lb_host.file(CONF).content_string
+        # A reload: new workers take over within moments; from then on only r1 answers.
+        assert wait_until(lambda: _only_to(lb, head1)), "requests still reach the drained replica"
+        assert _only_to(lb, head1, 20)
+
+        before = lb_host.file(CONF).sha256sum
+        again = drain("drain", "r2")
+        assert again.rc == 0 and "changed" not in again.stdout and "already drained" in again.stdout, again.stdout
+        assert lb_host.file(CONF).sha256sum == before
+
+        res = drain("undrain", "r2")
+        assert res.rc == 0 and res.stdout.startswith("changed: replica r2 back in service"), (res.stdout, res.stderr)
+        assert _status(drain)["r2"][1] == "serving" and lb_host.file(STATE).content_string.split() == []
+        assert wait_until(lambda: _both(lb, [head1, head2])), "the undrained replica gets no requests"
+        again = drain("undrain", "r2")
+        assert again.rc == 0 and "changed" not in again.stdout, again.stdout
+        assert master_pid() == pid, "nginx was restarted, not reloaded"
+    finally:
+        drain("undrain", "r2")
+
+
+def test_a_converge_keeps_a_drained_replica_drained(lb, lb_host, drain, run_converge, backend_ips):
+    head1, head2 = _ip(backend_ips, "nginx-lb-head1"), _ip(backend_ips, "nginx-lb-head2")
+    try:
+        assert drain("drain", "r1").rc == 0
+        rc, out = run_converge({})
+        assert rc == 0, out[-3000:]
+        # Nothing to change (the template renders r1 down), and the run says r1 stays drained.
+        assert re.search(r"nginx-lb-lb1\s*:\s*ok=\d+\s+changed=0\s", out), out[-1500:]
+        assert "replicas drained on nginx-lb-lb1: r1" in out and "stay drained" in out, out[-3000:]
+        assert _status(drain)["r1"][1] == "drained"
+        assert wait_until(lambda: _only_to(lb, head2))
+
+        # Asked explicitly, a converge puts it back (and says so by a change).
+        rc, out = run_converge({"nginx_lb_drain_on_converge": "undrain"})
+        assert rc == 0, out[-3000:]
+        assert re.search(r"nginx-lb-lb1\s*:\s*ok=\d+\s+changed=[1-9]", out), out[-1500:]
+        assert _status(drain)["r1"][1] == "serving" and lb_host.file(STATE).content_string.strip() == ""
+        assert wait_until(lambda: _both(lb, [head1, head2]))
+    finally:
+        drain("undrain", "r1")
+
+
+def test_a_failed_nginx_t_restores_the_file_and_says_why(lb, lb_host, drain, master_pid):
+    before, state, pid = lb_host.file(CONF).sha256sum, lb_host.file(STATE).content_string, master_pid()
+    # Something else in the configuration is broken: nginx -t fails, the drain must not stay half-done.
+    lb_host.check_output("printf 'this_is_not_a_directive on;\\n' > /etc/nginx/conf.d/zz-broken.conf")
+    try:
+        res = drain("drain", "r1")
+        assert res.rc == 1, (res.rc, res.stdout, res.stderr)
+        assert "nginx -t failed" in res.stderr and "restored" in res.stderr
+        assert 'unknown directive "this_is_not_a_directive"' in res.stderr, res.stderr  # nginx's own message
+        assert "changed" not in res.stdout
+        assert lb_host.file(CONF).sha256sum == before and lb_host.file(STATE).content_string == state
+    finally:
+        lb_host.check_output("rm -f /etc/nginx/conf.d/zz-broken.conf")
+    assert _status(drain)["r1"][1] == "serving" and master_pid() == pid
+    assert lb.request("POST", "/v1/completions", COMPLETION)[0] == 200
+
+
+def test_every_replica_drained_answers_502_as_json_without_version(lb, drain):
+    try:
+        assert drain("drain", "r1").rc == 0
+        last = drain("drain", "r2")
+        assert last.rc == 0 and "every replica" in last.stderr, last.stderr
+
+        def gone():
+            status, headers, body = lb.request("POST", "/v1/completions", COMPLETION)
+            return (status, headers, body) if status == 502 else None
+
+        status, headers, body = wait_until(gone)
+        assert headers.get("Content-Type") == "application/json" and headers.get("Server") == "nginx", headers
+        assert json.loads(body)["error"]["type"] == "server_error" and b"nginx/" not in body
+    finally:
+        drain("undrain", "r1")
+        drain("undrain", "r2")
