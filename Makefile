@@ -17,7 +17,7 @@ ALL_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule
 #   gpu_stack_arm64  converge fix not yet proven end to end under qemu
 #   vllm_service     converge and idempotence pass; its verify has not run to the end
 # `make molecule-all` runs every scenario.
-CI_SCENARIOS := headless network container_toolkit nvidia_driver_packages-nomodule dspark_build nginx_lb monitoring
+CI_SCENARIOS := headless network firewall container_toolkit nvidia_driver_packages-nomodule dspark_build nginx_lb monitoring
 SCENARIOS ?= $(CI_SCENARIOS)
 GATE := tests/gate.sh
 
