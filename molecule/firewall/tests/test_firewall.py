@@ -109,6 +109,13 @@ def test_foreign_tables_survive(lab_host):
         assert lab_host(name).exists("nft"), name
 
 
+def test_site_nftables_conf_untouched(lab_host):
+    head = lab_host(HEAD)
+    assert head.run("sha256sum -c /root/nftables.conf.sha256").rc == 0
+    assert "tcp dport 2222" in table(lab_host, "site")
+    assert head.service("nftables").is_enabled
+
+
 def test_unit_enabled_and_hardened(lab_host):
     head = lab_host(HEAD)
     assert head.service("llmops-firewall").is_enabled
@@ -218,6 +225,19 @@ def test_ruleset_persists_across_reboot(lab_host):
         if head.run("curl -s -o /dev/null --max-time 2 http://127.0.0.1:%d/" % API).rc == 0:
             break
         time.sleep(1)
+    assert "jump engine_api" in table(lab_host)
+    # nftables.service (flush ruleset + the site table) ran first at boot; both tables are there
+    assert "tcp dport 2222" in table(lab_host, "site")
+    assert_refused(lab_host, THIRD, HEAD, API)
+    assert_open(lab_host, BALANCER, HEAD, API)
+
+
+def test_table_back_after_nftables_service_restart(lab_host):
+    # A restart of nftables.service flushes the whole ruleset (the site's nftables.conf says so);
+    # PartOf= restarts our unit after it, which loads our table again.
+    head = lab_host(HEAD)
+    head.check_output("systemctl restart nftables")
+    assert "tcp dport 2222" in table(lab_host, "site")
     assert "jump engine_api" in table(lab_host)
     assert_refused(lab_host, THIRD, HEAD, API)
     assert_open(lab_host, BALANCER, HEAD, API)
