@@ -91,7 +91,7 @@ def one_request(url, key, model, prompt, max_tokens, header, timeout):
         result["status"] = resp.status
         result["upstream"] = resp.getheader(header) if header else None
         while True:
-            line = resp.fp.readline()
+            line = resp.readline()  # decodes the chunked framing (fp.readline would not)
             if not line or line.strip() == b"data: [DONE]":
                 break
             if not line.startswith(b"data: "):

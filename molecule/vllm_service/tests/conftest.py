@@ -39,9 +39,10 @@ class Client:
         c.close()
         return r.status, dict(r.getheaders()), data
 
-    def complete(self, prompt="Hello", max_tokens=8, **extra):
+    def complete(self, prompt="Hello", max_tokens=8, key=None, **extra):
+        """key=None: the client's key; "" sends no Authorization header."""
         return self.request("POST", "/v1/completions",
-                            dict({"model": MODEL, "prompt": prompt, "max_tokens": max_tokens}, **extra))
+                            dict({"model": MODEL, "prompt": prompt, "max_tokens": max_tokens}, **extra), key=key)
 
     def stream(self, prompt="Hello", max_tokens=128):
         """(status, headers, seconds to the first text, seconds to the end, text chunks)."""
@@ -53,7 +54,7 @@ class Client:
         r = c.getresponse()
         first, chunks = None, []
         while True:
-            line = r.fp.readline()
+            line = r.readline()  # HTTPResponse.readline decodes the chunked framing
             if not line or line.strip() == b"data: [DONE]":
                 break
             if line.startswith(b"data: "):
