@@ -14,7 +14,6 @@ export PYTHONUNBUFFERED := 1
 ALL_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 # Scenarios `make test` (and so CI) runs: each one has passed a full `molecule test`.
 # Not yet in the gate, with the reason (docs/development.md, "Scenario status"):
-#   gpu_stack_arm64  converge fix not yet proven end to end under qemu
 #   vllm_service     converge and idempotence pass; its verify has not run to the end
 # `make molecule-all` runs every scenario.
 CI_SCENARIOS := headless network firewall container_toolkit nvidia_driver_packages-nomodule dspark_build nginx_lb monitoring
@@ -116,10 +115,11 @@ docs: venv
 integration: collection
 	pytest -q tests/integration
 
+# Scenarios run in MOLECULE_LANES parallel lanes (tests/molecule_lanes.py: each has its own hosts and
+# network; logs in .cache/molecule-logs/). MOLECULE_LANES=1 runs them one by one with live output.
+MOLECULE_LANES ?= 2
 molecule: collection lab-images lab-vllm
-	@for s in $(SCENARIOS); do \
-	  $(GATE) molecule:$$s molecule test -s $$s || exit 1; \
-	done
+	python3 tests/molecule_lanes.py $(MOLECULE_LANES) $(SCENARIOS)
 
 molecule-all:
 	$(MAKE) --no-print-directory molecule SCENARIOS="$(ALL_SCENARIOS)"
