@@ -1,0 +1,142 @@
+"""HTTP helpers for the response_cache verify step: real requests from this machine to the lab
+balancer's gateway (LiteLLM on :4000) and to the head's real vLLM engine (/metrics), both containers
+on the podman network this molecule run created."""
+import http.client
+import json
+import re
+import subprocess
+import time
+import uuid
+
+import pytest
+
+LB = "response-cache-lb1"
+HEAD = "response-cache-head1"
+TENANT_A = "lab-cache-tenant-a-000001"
+TENANT_B = "lab-cache-tenant-b-000001"
+METRICS_KEY = "lab-cache-metrics-0000001"
+REDIS_PASSWORD = "lab-redis-password-00001"
+MODEL = "tiny-llama"
+GATEWAY_PORT = 4000
+
+
+def container_ip(name):
+    out = subprocess.run(
+        ["podman", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", name],
+        check=True, capture_output=True, text=True).stdout.split()
+    assert out, f"{name} has no address"
+    return out[0]
+
+
+def http(address, port, method, path, body=None, headers=None, timeout=60):
+    conn = http.client.HTTPConnection(address, port, timeout=timeout)
+    hdrs = {"Content-Type": "application/json"}
+    hdrs.update(headers or {})
+    conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=hdrs)
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    return resp.status, dict(resp.getheaders()), data
+
+
+class Gateway:
+    def __init__(self, address):
+        self.address = address
+
+    def post(self, path, body, key=TENANT_A, headers=None):
+        hdrs = dict(headers or {})
+        if key:
+            hdrs["Authorization"] = "Bearer " + key
+        return http(self.address, GATEWAY_PORT, "POST", path, body, hdrs)
+
+    def complete(self, key=TENANT_A, headers=None, **body):
+        body = dict({"model": MODEL, "max_tokens": 8}, **body)
+        status, hdrs, data = self.post("/v1/completions", body, key, headers)
+        assert status == 200, data
+        return json.loads(data)
+
+    def stream(self, key=TENANT_A, **body):
+        conn = http.client.HTTPConnection(self.address, GATEWAY_PORT, timeout=60)
+        conn.request("POST", "/v1/completions", body=json.dumps(dict({"model": MODEL, "max_tokens": 6}, stream=True, **body)),
+                     headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
+        resp = conn.getresponse()
+        events = []
+        for line in resp.read().decode().splitlines():
+            if line.startswith("data: "):
+                events.append(line[6:].strip())
+        conn.close()
+        return resp.status, events
+
+    def metrics(self, key=METRICS_KEY):
+        status, _unused, data = http(self.address, GATEWAY_PORT, "GET", "/metrics/",
+                                     headers={"Authorization": "Bearer " + key} if key else {})
+        return status, data.decode()
+
+
+class Engine:
+    def __init__(self, address):
+        self.address = address
+
+    def requests_done(self):
+        """vllm:request_success_total summed over finish reasons: requests the engine answered."""
+        status, _unused, data = http(self.address, 8000, "GET", "/metrics")
+        assert status == 200
+        return sum(float(m) for m in re.findall(r'^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$',
+                                               data.decode(), re.M))
+
+
+def wait_until(check, timeout=60, interval=0.5):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+def unique_prompt(label):
+    return f"{label} {uuid.uuid4().hex[:8]}"
+
+
+def metric_value(text, name, **labels):
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@pytest.fixture(scope="session")
+def gateway():
+    return Gateway(container_ip(LB))
+
+
+@pytest.fixture(scope="session")
+def engine(gateway):
+    eng = Engine(container_ip(HEAD))
+
+    def ready():
+        try:
+            status, _unused, _unused = gateway.post(
+                "/v1/completions", {"model": MODEL, "prompt": "warm up", "max_tokens": 2, "temperature": 0.5})
+            return status == 200
+        except OSError:
+            return False
+
+    # The engine loads while check, converge and idempotence run: a real completion proves it answers.
+    assert wait_until(ready, timeout=600, interval=3), "no completion through the gateway in 600 s"
+    return eng
+
+
+@pytest.fixture(scope="session")
+def lb_host(lab_host):
+    return lab_host(LB)
+
+
+@pytest.fixture(scope="session")
+def redis_cli(lb_host):
+    def run(*args):
+        return lb_host.run("REDISCLI_AUTH=%s redis-cli %s" % (REDIS_PASSWORD, " ".join(args)))
+    return run
