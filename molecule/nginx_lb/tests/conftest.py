@@ -146,3 +146,6 @@ def wait_until(check, timeout=20, interval=0.2):
         if value or time.monotonic() > deadline:
             return value
         time.sleep(interval)
+
+
+COMPLETION_BODY = {"model": "standin", "prompt": "Hello", "max_tokens": 4}
