@@ -42,7 +42,7 @@ def playbook(name, *args, log=None):
     t0 = time.monotonic()
     # JSON results: one line per message (the YAML format may fold the replica timing line).
     env = dict(os.environ, ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_FORCE_COLOR="0")
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, check=False)
     seconds = time.monotonic() - t0
     out = proc.stdout + proc.stderr
     if log:
@@ -108,14 +108,14 @@ def converge_part(log):
     rows = []
     for label, args in (("full converge", ()), ("no-change re-run", ()),
                         ("--tags vllm_service re-run", ("--tags", "vllm_service"))):
-        seconds, changed, failed, _ = playbook("site.yml", *args, log=log)
+        seconds, changed, failed, dummy = playbook("site.yml", *args, log=log)
         rows.append((label, seconds, changed, failed))
     full = rows[0][1]
     print("\n=== site.yml on the lab (one run)")
     print(f"{'run':30} {'seconds':>9} {'changed':>8} {'failed':>7} {'ratio to full':>14}")
     for label, seconds, changed, failed in rows:
         print(f"{label:30} {seconds:9.1f} {changed:8d} {failed:7d} {seconds / full:14.3f}")
-    problems = [f"{label}: {failed} failed" for label, _, _, failed in rows if failed]
+    problems = [f"{row[0]}: {row[3]} failed" for row in rows if row[3]]
     if rows[1][2] != 0:
         problems.append(f"no-change re-run reported changed={rows[1][2]}")
     return problems
@@ -139,7 +139,7 @@ def rolling_part(args, log):
     for label, extra in phases:
         load.start()
         time.sleep(2)
-        seconds, _, failed, out = playbook("upgrade.yml", *extra, log=log)
+        seconds, dummy, failed, out = playbook("upgrade.yml", *extra, log=log)
         time.sleep(2)
         results = load.take()
         bad = [r for r in results if not r["ok"]]

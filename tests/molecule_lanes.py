@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOGS = os.path.join(ROOT, ".cache", "molecule-logs")
 # Rough minutes on a quiet 2-core machine: only the order depends on them.
 WEIGHTS = {"cluster": 20, "gpu_stack_arm64": 14, "vllm_service": 14, "monitoring": 10, "response_cache": 8,
-           "dspark_build": 6, "nginx_lb": 5, "network": 3, "firewall": 3, "container_toolkit": 3,
+           "dspark_build": 6, "nginx_lb": 5, "network": 3, "firewall": 10, "container_toolkit": 3,
            "nvidia_driver_packages-nomodule": 3, "headless": 2}
 PRINT = threading.Lock()
 
@@ -43,7 +43,7 @@ def run(scenario, stream):
                 sys.stdout.write(line)
             rc = proc.wait()
         else:
-            rc = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT).returncode
+            rc = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, check=False).returncode
     seconds = time.monotonic() - t0
     if rc != 0 and not stream:
         with open(log, errors="replace") as fh:
@@ -66,7 +66,7 @@ def main():
     t0 = time.monotonic()
     with ThreadPoolExecutor(lanes) as pool:
         results = list(pool.map(lambda s: run(s, lanes == 1), order))
-    failed = [s for s, rc, _ in results if rc != 0]
+    failed = [r[0] for r in results if r[1] != 0]
     say(f"\n[lanes] {len(results)} scenarios in {time.monotonic() - t0:.0f}s on {lanes} lane(s):")
     for s, rc, seconds in results:
         say(f"  {s:34} {'passed' if rc == 0 else 'FAILED':7} {seconds:6.0f}s")
