@@ -28,7 +28,7 @@ def container_ip(name):
     return out[0]
 
 
-def http(address, port, method, path, body=None, headers=None, timeout=60):
+def call(address, port, method, path, body=None, headers=None, timeout=60):
     conn = http.client.HTTPConnection(address, port, timeout=timeout)
     hdrs = {"Content-Type": "application/json"}
     hdrs.update(headers or {})
@@ -47,7 +47,7 @@ class Gateway:
         hdrs = dict(headers or {})
         if key:
             hdrs["Authorization"] = "Bearer " + key
-        return http(self.address, GATEWAY_PORT, "POST", path, body, hdrs)
+        return call(self.address, GATEWAY_PORT, "POST", path, body, hdrs)
 
     def complete(self, key=TENANT_A, headers=None, **body):
         body = dict({"model": MODEL, "max_tokens": 8}, **body)
@@ -68,7 +68,7 @@ class Gateway:
         return resp.status, events
 
     def metrics(self, key=METRICS_KEY):
-        status, _unused, data = http(self.address, GATEWAY_PORT, "GET", "/metrics/",
+        status, _unused, data = call(self.address, GATEWAY_PORT, "GET", "/metrics/",
                                      headers={"Authorization": "Bearer " + key} if key else {})
         return status, data.decode()
 
@@ -79,7 +79,7 @@ class Engine:
 
     def requests_done(self):
         """vllm:request_success_total summed over finish reasons: requests the engine answered."""
-        status, _unused, data = http(self.address, 8000, "GET", "/metrics")
+        status, _unused, data = call(self.address, 8000, "GET", "/metrics")
         assert status == 200
         return sum(float(m) for m in re.findall(r'^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$',
                                                data.decode(), re.M))
@@ -126,7 +126,7 @@ def engine(gateway):
             return False
 
     # The engine loads while check, converge and idempotence run: a real completion proves it answers.
-    assert wait_until(ready, timeout=600, interval=3), "no completion through the gateway in 600 s"
+    assert wait_until(ready, timeout=300, interval=3), "no completion through the gateway in 300 s"
     return eng
 
 
