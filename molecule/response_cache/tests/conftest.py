@@ -81,8 +81,8 @@ class Engine:
         """vllm:request_success_total summed over finish reasons: requests the engine answered."""
         status, _unused, data = call(self.address, 8000, "GET", "/metrics")
         assert status == 200
-        return sum(float(m) for m in re.findall(r'^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$',
-                                               data.decode(), re.M))
+        pattern = r'^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$'
+        return sum(float(m) for m in re.findall(pattern, data.decode(), re.M))
 
 
 def wait_until(check, timeout=60, interval=0.5):

@@ -66,7 +66,6 @@ METRICS_TENANT = "metrics:prometheus"
 BYPASS_HEADER = POLICY.get("bypass_header", "X-LLMOps-Cache-Bypass").lower()
 
 
-
 def _counter(name, documentation, labels):
     # LiteLLM loads this file once per setting that names it (callbacks, custom_auth): the second
     # load finds the counters of the first in the registry.
