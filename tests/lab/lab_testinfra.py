@@ -10,6 +10,7 @@ instance config (MOLECULE_INSTANCE_CONFIG) and groups from its inventory, and of
   lab_host(name) a testinfra host by instance name
 """
 import os
+import subprocess
 
 import pytest
 import testinfra
@@ -103,3 +104,12 @@ def run_play(tmp_path_factory):
         return PlayResult(proc.returncode, proc.stdout)
 
     return run
+
+
+def container_ip(name):
+    """The address of lab container NAME on its (first) podman network: for real HTTP from this machine."""
+    out = subprocess.run(
+        ["podman", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", name],
+        check=True, capture_output=True, text=True).stdout.split()
+    assert out, f"{name} has no address"
+    return out[0]

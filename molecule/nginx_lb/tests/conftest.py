@@ -8,17 +8,10 @@ import subprocess
 import time
 
 import pytest
+from lab_testinfra import container_ip  # tests/lab, on the verifier's PYTHONPATH
 
 LB = "nginx-lb-lb1"
 EDGE_KEY = "lab-edge-key-000000000001"
-
-
-def container_ip(name):
-    out = subprocess.run(
-        ["podman", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", name],
-        check=True, capture_output=True, text=True).stdout.split()
-    assert out, f"{name} has no address"
-    return out[0]
 
 
 class Client:

@@ -4,11 +4,11 @@ on the podman network this molecule run created."""
 import http.client
 import json
 import re
-import subprocess
 import time
 import uuid
 
 import pytest
+from lab_testinfra import container_ip  # tests/lab, on the verifier's PYTHONPATH
 
 LB = "response-cache-lb1"
 HEAD = "response-cache-head1"
@@ -18,14 +18,6 @@ METRICS_KEY = "lab-cache-metrics-0000001"
 REDIS_PASSWORD = "lab-redis-password-00001"
 MODEL = "tiny-llama"
 GATEWAY_PORT = 4000
-
-
-def container_ip(name):
-    out = subprocess.run(
-        ["podman", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", name],
-        check=True, capture_output=True, text=True).stdout.split()
-    assert out, f"{name} has no address"
-    return out[0]
 
 
 def call(address, port, method, path, body=None, headers=None, timeout=60):

@@ -7,20 +7,13 @@ import subprocess
 import time
 
 import pytest
+from lab_testinfra import container_ip  # tests/lab, on the verifier's PYTHONPATH
 
 HEADS = ("vllm-service-head1", "vllm-service-head2")
 LB = "vllm-service-lb1"
 MODEL = "tiny-llama"
 VLLM_KEY = "lab-vllm-key-0000000000000001"
 EDGE_KEY = "lab-edge-key-000000000001"
-
-
-def container_ip(name):
-    out = subprocess.run(
-        ["podman", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", name],
-        check=True, capture_output=True, text=True).stdout.split()
-    assert out, f"{name} has no address"
-    return out[0]
 
 
 class Client:
