@@ -80,10 +80,12 @@ def test_edge_hides_the_replicas_internals(lb):
 
 
 def test_stream_first_token_arrives_through_nginx_before_the_end(lb):
-    status, headers, first, end, chunks = lb.stream(max_tokens=128)
+    # A buffering proxy would deliver the first token together with the last (first == end within
+    # milliseconds); streamed, the first arrives while hundreds of tokens are still to come.
+    status, headers, first, end, chunks = lb.stream(max_tokens=384)
     assert status == 200 and headers.get("X-Upstream")
-    assert len("".join(chunks)) > 0 and len(chunks) >= 32, len(chunks)
-    assert first is not None and first < 0.5 * end, (first, end)
+    assert len("".join(chunks)) > 0 and len(chunks) >= 96, len(chunks)
+    assert first is not None and first < 0.8 * end and end - first > 0.2, (first, end)
 
 
 def test_100_concurrent_requests_all_succeed_and_spread_evenly(run_module, heads):
@@ -121,8 +123,8 @@ def test_a_config_that_fails_at_start_is_rolled_back(lab_host, heads, run_conver
     h = lab_host(name)
     before = h.file("/etc/vllm/config.yaml").sha256sum
     # Valid for the parser, refused by the engine at start (the tiny model's context is 2048).
-    rc, out = run_converge({"vllm_service_scheduler": {"max_model_len": 100000}, "vllm_service_ready_timeout": 60},
-                           limit=name)
+    rc, out = run_converge({"vllm_service_scheduler": {"max_model_len": 100000}, "vllm_service_ready_timeout": 60,
+                            "vllm_service_recover_timeout": 420}, limit=name, timeout=1200)
     assert rc != 0, out[-4000:]
     assert "restored and restarted and serves again" in out, out[-4000:]
     assert "max_model_len" in out, out[-4000:]
