@@ -84,7 +84,9 @@ def run_converge():
         res = subprocess.run(
             ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
              os.path.join(scenario, "converge.yml"), "-e", json.dumps(extra)],
-            capture_output=True, text=True, timeout=300, check=False)
+            capture_output=True, text=True, timeout=900, check=False,
+            # plain text for the recap regexes (molecule may force colour, as it does under CI=true)
+            env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0"))
         return res.returncode, res.stdout + res.stderr
 
     return run
