@@ -88,7 +88,8 @@ def run_converge():
         if limit:
             cmd += ["--limit", limit]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, env=ansible_env())
-        return res.returncode, res.stdout + res.stderr
+        # One line: the YAML result format wraps long messages wherever their length puts a break.
+        return res.returncode, " ".join((res.stdout + res.stderr).split())
 
     return run
 
