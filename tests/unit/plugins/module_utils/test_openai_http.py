@@ -79,7 +79,7 @@ def test_streaming_completion_measures_ttft(openai_server, api):
     assert res['ok'], res
     assert res['text'] == 'Hello, world!'
     assert res['output_tokens'] == 4 and res['tokens_counted_from'] == 'usage' and res['prompt_tokens'] == 7
-    assert 0.2 <= res['ttft'] < res['latency'] < 2
+    assert 0.2 <= res['ttft'] <= res['latency'] < 2  # both rounded to 0.1 ms: the rest may arrive within it
     assert res['finish_reason'] == 'length'
     assert res['tokens_per_second'] == pytest.approx(4 / res['latency'], rel=0.01)
     method, path, body, _headers = st.requests[-1]
