@@ -23,11 +23,10 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serving_bench import PROMPTS, check_lab_target, lab_networks, one_request, pct  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "lab"))
+from lab_load import Load, pct  # noqa: E402  (shared with the lab's fault tests)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INVENTORY = os.path.join(REPO, "inventories", "lab")
@@ -66,44 +65,6 @@ def lab_vars():
     return f"http://{addr}", key
 
 
-class Load:
-    """Constant streaming load: `concurrency` workers, each sending one request after another."""
-
-    def __init__(self, url, key, model, concurrency, max_tokens, cap):
-        self.url, self.key, self.model = url, key, model
-        self.concurrency, self.max_tokens, self.cap = concurrency, max_tokens, cap
-        self.results, self.lock, self.stop = [], threading.Lock(), threading.Event()
-        self.threads = []
-
-    def _worker(self, n):
-        i = n
-        while not self.stop.is_set():
-            with self.lock:
-                if len(self.results) >= self.cap:
-                    return
-            r = one_request(self.url, self.key, self.model, PROMPTS[i % len(PROMPTS)], self.max_tokens,
-                            "X-Upstream", 120)
-            r["t"] = time.monotonic()
-            with self.lock:
-                self.results.append(r)
-            i += self.concurrency
-
-    def start(self):
-        self.stop.clear()
-        self.threads = [threading.Thread(target=self._worker, args=(n,), daemon=True)
-                        for n in range(self.concurrency)]
-        for t in self.threads:
-            t.start()
-
-    def take(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=180)
-        with self.lock:
-            out, self.results = self.results, []
-        return out
-
-
 def converge_part(log):
     rows = []
     for label, args in (("full converge", ()), ("no-change re-run", ()),
@@ -123,7 +84,6 @@ def converge_part(log):
 
 def rolling_part(args, log):
     url, key = args.lb or lab_vars()[0], args.lb_key or lab_vars()[1]
-    check_lab_target(url, lab_networks())
     base = json.loads(subprocess.run(
         ["ansible-inventory", "-i", INVENTORY, "--host", "dgx1"], cwd=REPO, capture_output=True, text=True,
         check=True).stdout).get("vllm_service_engine", {})

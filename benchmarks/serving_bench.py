@@ -22,92 +22,15 @@ must be loopback or inside a podman network of this machine (the lab), nothing e
 """
 import argparse
 import collections
-import http.client
-import ipaddress
 import json
-import socket
+import os
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import urlsplit
 
-PROMPTS = [
-    "Write one sentence about the sea.",
-    "List three prime numbers.",
-    "Explain what a load balancer does.",
-    "Name a colour and a fruit.",
-]
-
-
-def lab_networks():
-    """Subnets of this machine's podman networks (the lab), plus loopback."""
-    nets = [ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")]
-    try:
-        names = subprocess.run(["podman", "network", "ls", "--format", "{{.Name}}"], capture_output=True,
-                               text=True, check=True, timeout=30).stdout.split()
-        if names:
-            data = json.loads(subprocess.run(["podman", "network", "inspect", *names], capture_output=True,
-                                             text=True, check=True, timeout=30).stdout)
-            for net in data:
-                for sub in net.get("subnets") or []:
-                    nets.append(ipaddress.ip_network(sub["subnet"]))
-    except (OSError, subprocess.SubprocessError, ValueError):
-        pass
-    return nets
-
-
-def check_lab_target(url, nets):
-    host = urlsplit(url).hostname
-    addrs = {info[4][0] for info in socket.getaddrinfo(host, None)}
-    for addr in addrs:
-        ip = ipaddress.ip_address(addr)
-        if not any(ip in net for net in nets if net.version == ip.version):
-            sys.exit(f"serving_bench: {url} resolves to {addr}, outside loopback and this machine's podman "
-                     "networks; the benchmark only loads lab addresses")
-
-
-def one_request(url, key, model, prompt, max_tokens, header, timeout):
-    parts = urlsplit(url)
-    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    kwargs = {}
-    if parts.scheme == "https":
-        import ssl
-        ctx = ssl.create_default_context()
-        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-        kwargs["context"] = ctx
-    conn = conn_cls(parts.hostname, parts.port, timeout=timeout, **kwargs)
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
-                       "ignore_eos": True, "stream_options": {"include_usage": True}})
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = "Bearer " + key
-    t0 = time.monotonic()
-    result = {"ok": False, "ttft": None, "latency": None, "tokens": 0, "upstream": None, "status": None}
-    try:
-        conn.request("POST", (parts.path.rstrip("/") or "") + "/v1/completions", body=body, headers=headers)
-        resp = conn.getresponse()
-        result["status"] = resp.status
-        result["upstream"] = resp.getheader(header) if header else None
-        while True:
-            line = resp.readline()  # decodes the chunked framing (fp.readline would not)
-            if not line or line.strip() == b"data: [DONE]":
-                break
-            if not line.startswith(b"data: "):
-                continue
-            event = json.loads(line[6:])
-            if event.get("choices") and event["choices"][0].get("text") and result["ttft"] is None:
-                result["ttft"] = time.monotonic() - t0
-            if event.get("usage"):
-                result["tokens"] = event["usage"].get("completion_tokens", 0)
-        result["latency"] = time.monotonic() - t0
-        result["ok"] = resp.status == 200 and result["ttft"] is not None
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        result["error"] = str(exc)
-    finally:
-        conn.close()
-    return result
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "lab"))
+from lab_load import PROMPTS, check_lab_target, lab_networks, one_request, pct  # noqa: E402  (shared with the lab tests)
 
 
 def run_round(target, n, concurrency, args, offset, stop_at):
@@ -122,14 +45,6 @@ def run_round(target, n, concurrency, args, offset, stop_at):
         results = list(pool.map(work, range(n)))
     return results, time.monotonic() - t0
 
-
-def pct(values, q):
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    k = (len(values) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
 def summary(results, seconds):

@@ -155,6 +155,20 @@ network() {
     podman network create --subnet "$LAB_SUBNET" --label llmops.lab=1 "$LAB_NETWORK" >/dev/null
 }
 
+# A fixed address per host, like a real cluster's: a host stopped and started again (the fault tests
+# do it) comes back on the same address, so the balancer and the firewall rules still point at it.
+# The first free one from .10 of a /24 LAB_SUBNET (another subnet: podman's dynamic addresses).
+free_address() {
+  [[ "$LAB_SUBNET" =~ ^([0-9]+\.[0-9]+\.[0-9]+)\.0/24$ ]] || return 0
+  local base=${BASH_REMATCH[1]} used n
+  used=" $(podman ps -a --filter "label=llmops.lab.network=$LAB_NETWORK" --format '{{index .Labels "llmops.lab.ip"}}' | tr '\n' ' ') "
+  used+=" $(podman ps --filter "network=$LAB_NETWORK" --format '{{.Names}}' | xargs -r podman inspect \
+    --format '{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}' | tr '\n' ' ') "
+  for n in $(seq 10 250); do
+    case "$used" in *" $base.$n "*) ;; *) echo "$base.$n"; return 0 ;; esac
+  done
+}
+
 up() {
   # Each argument: NAME[@SUITE[/ARCH]], e.g. dgx1, lb1@trixie, spark1@bookworm/arm64.
   # The container is named $LAB_PREFIX$NAME and answers to NAME on the lab network.
@@ -172,10 +186,12 @@ up() {
       [ "$(podman inspect --format '{{.State.Running}}' "$LAB_PREFIX$h")" = true ] || podman start "$LAB_PREFIX$h" >/dev/null
       continue
     fi
-    local platform=()
+    local platform=() ip ipopt=()
     [ "$arch" = amd64 ] || platform=(--arch "$arch")
+    ip=$(free_address)
+    [ -z "$ip" ] || ipopt=(--ip "$ip" --label "llmops.lab.ip=$ip")
     mkdir -p "$LAB_CACHE"
-    podman run -d --name "$LAB_PREFIX$h" --hostname "$h" --network "$LAB_NETWORK" --network-alias "$h" \
+    podman run -d --name "$LAB_PREFIX$h" --hostname "$h" --network "$LAB_NETWORK" --network-alias "$h" "${ipopt[@]}" \
       --label llmops.lab=1 --label "llmops.lab.network=$LAB_NETWORK" --systemd=always --cap-add "$LAB_CAPS" \
       --tmpfs /tmp --tmpfs /run --tmpfs /run/lock -v "$LAB_CACHE:/srv/llmops-lab:ro" --shm-size "$LAB_SHM_SIZE" "${platform[@]}" $LAB_EXTRA_OPTS \
       "$(image_name "$suite" "$arch")" >/dev/null
