@@ -77,7 +77,8 @@ class PlayResult:
 
 @pytest.fixture(scope="session")
 def run_play(tmp_path_factory):
-    """Run a playbook against this scenario's inventory: run_play(yaml_text, extra_vars={}, limit=None).
+    """Run a playbook against this scenario's inventory:
+    run_play(yaml_text, extra_vars={}, limit=None, check=False, args=[more ansible-playbook arguments]).
 
     For behaviour that only a play shows: bad input refused before any change, a broken config
     rejected while the working one keeps serving.
@@ -88,7 +89,7 @@ def run_play(tmp_path_factory):
     inventory = os.environ.get("MOLECULE_INVENTORY_FILE")
     workdir = tmp_path_factory.mktemp("plays")
 
-    def run(playbook, extra_vars=None, limit=None, check=False):
+    def run(playbook, extra_vars=None, limit=None, check=False, args=(), timeout=900):
         path = workdir / ("play%d.yml" % len(list(workdir.iterdir())))
         path.write_text(playbook, encoding="utf-8")
         cmd = ["ansible-playbook", "-i", inventory, str(path)]
@@ -98,9 +99,10 @@ def run_play(tmp_path_factory):
             cmd += ["--limit", limit]
         if check:
             cmd.append("--check")
+        cmd += list(args)
         env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                              timeout=900, check=False)
+                              timeout=timeout, check=False)
         return PlayResult(proc.returncode, proc.stdout)
 
     return run

@@ -1,0 +1,100 @@
+"""The cluster scenario's verify: the whole site on the lab, then faults under load (issue 8).
+
+Load goes only to the scenario's balancer (cluster-lb1, on the podman network this molecule run
+created); the replicas are reached through it. Every fault test adds a row to the fault table that
+is printed at the end of the run (and written to reports/faults-latest.md):
+fault, requests sent, failed, time to recover.
+"""
+import os
+import re
+import subprocess
+import time
+
+import pytest
+import yaml
+from lab_load import Load  # tests/lab, on the verifier's PYTHONPATH
+from lab_testinfra import container_ip
+
+LB = "cluster-lb1"
+HEADS = ("cluster-dgx1", "cluster-dgx2")
+MODEL = "tiny-llama"
+REPO = os.environ.get("MOLECULE_PROJECT_DIRECTORY") or os.path.abspath(
+    os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+
+def lab_keys():
+    with open(os.path.join(REPO, "inventories", "lab", "group_vars", "all.yml"), encoding="utf-8") as fh:
+        data = yaml.safe_load(fh)
+    return data["lab_edge_api_key"], data["lab_vllm_api_key"]
+
+
+EDGE_KEY, VLLM_KEY = lab_keys()
+FAULTS = []  # (fault, sent, failed, time to recover or "-", what was checked)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not FAULTS:
+        return
+    head = f"{'fault':44} {'sent':>6} {'failed':>7} {'recovered in':>13}  checked"
+    lines = [head, "-" * len(head)]
+    for fault, sent, failed, recover, checked in FAULTS:
+        rec = recover if isinstance(recover, str) else f"{recover:.1f} s"
+        lines.append(f"{fault:44} {sent:6d} {failed:7d} {rec:>13}  {checked}")
+    terminalreporter.write_sep("=", "faults under load (cluster scenario)")
+    for line in lines:
+        terminalreporter.write_line(line)
+    try:
+        os.makedirs(os.path.join(REPO, "reports"), exist_ok=True)
+        with open(os.path.join(REPO, "reports", "faults-latest.md"), "w", encoding="utf-8") as fh:
+            fh.write("# Faults under load (molecule/cluster)\n\n```\n" + "\n".join(lines) + "\n```\n")
+    except OSError:
+        pass
+
+
+@pytest.fixture(scope="session")
+def lb_url():
+    return "http://" + container_ip(LB)
+
+
+@pytest.fixture(scope="session")
+def head_ip():
+    return {name: container_ip(name) for name in HEADS}
+
+
+@pytest.fixture()
+def load(lb_url):
+    """A constant load of 4 streaming clients through the balancer; stopped at the end of the test."""
+    made = []
+
+    def make(concurrency=4, max_tokens=16, timeout=90):
+        lo = Load(lb_url, EDGE_KEY, MODEL, concurrency=concurrency, max_tokens=max_tokens, cap=5000, timeout=timeout)
+        made.append(lo)
+        return lo
+
+    yield make
+    for lo in made:
+        lo.take()
+
+
+def served_by(result, ip):
+    """True when nginx's X-Upstream header says the request's last attempt went to ip."""
+    return bool(result.get("upstream")) and result["upstream"].split(", ")[-1].split(":")[0] == ip
+
+
+def wait_until(predicate, timeout, step=1.0, what="condition"):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def podman(*args, check=True):
+    return subprocess.run(["podman", *args], capture_output=True, text=True, check=check, timeout=300)
+
+
+def one_line(text):
+    """The YAML result format wraps long messages wherever their length puts a break."""
+    return re.sub(r"\s+", " ", text)
