@@ -118,6 +118,13 @@ def _text(rec):
     return " ".join(" ".join(parts).split())
 
 
+def _excerpt(text, case, width=100):
+    """The part of the message about the case's variable (messages of a combined check name several)."""
+    start = max(0, text.find(case["variable"]) - 15)
+    cut = text[start:start + width]
+    return ("..." if start else "") + cut + ("..." if start + width < len(text) else "")
+
+
 def _refused_by(case, rec):
     task = re.sub(r"^[^:]+ : ", "", rec.get("task") or "")
     if task.startswith(ARGSPEC_TASK):
@@ -151,8 +158,7 @@ def outcome(lab_host, run_play, tmp_path_factory, request):
         by = _refused_by(case, rec) if rec.get("refused") else "NOT REFUSED"
         good = by == case["refused_by"] and all(s in text for s in [case["variable"]] + case.get("expect", []))
         ok += good
-        rows.append((case["id"], _target(case), case["variable"], by if good else "FAIL " + by,
-                     (text[:90] + "...") if len(text) > 90 else text))
+        rows.append((case["id"], _target(case), case["variable"], by if good else "FAIL " + by, _excerpt(text, case)))
     roles = sorted({c["role"] for c in CASES["cases"] if "role" in c})
     modules = sorted({c["module"] for c in CASES["cases"] if "module" in c})
     data = getattr(request.config, "_bad_inputs_rows")
