@@ -115,3 +115,26 @@ def container_ip(name):
         check=True, capture_output=True, text=True).stdout.split()
     assert out, f"{name} has no address"
     return out[0]
+
+
+def exposure(host, unit):
+    """systemd-analyze's "Overall exposure level" of UNIT on HOST (0 = fully sandboxed, 10 = none).
+
+    Fails the test with the command's output when the line is missing (unit unknown, old systemd).
+    """
+    import re
+
+    name = unit if "." in unit else unit + ".service"
+    res = host.run(f"systemd-analyze security --no-pager {name}")
+    match = re.search(r"Overall exposure level for " + re.escape(name) + r": ([0-9]+(?:\.[0-9]+)?)", res.stdout)
+    if not match:
+        pytest.fail(f"systemd-analyze security {name} gave no overall exposure level "
+                    f"(rc {res.rc}):\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+    return float(match.group(1))
+
+
+def main_pid_user(host, unit):
+    """The user that UNIT's main process runs as (ps -o user= of its MainPID)."""
+    pid = host.check_output(f"systemctl show -p MainPID --value {unit}")
+    assert pid and pid != "0", f"{unit} has no main process"
+    return host.check_output(f"ps -o user= -p {pid}")
