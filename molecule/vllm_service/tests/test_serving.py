@@ -5,6 +5,7 @@ import re
 import yaml
 
 from conftest import EDGE_KEY, HEADS, LB, MODEL, VLLM_KEY
+from lab_testinfra import exposure
 
 # systemd-analyze's overall exposure (0 = fully sandboxed, 10 = none): the unit must stay below this.
 EXPOSURE_THRESHOLD = 3.0
@@ -25,9 +26,9 @@ def test_engine_runs_sandboxed_as_its_own_user(lab_host):
         assert re.search(r"^NoNewPrivs:\s+1$", status, re.M)
         mounts = h.file(f"/proc/{pid}/mountinfo").content_string
         assert re.search(r" /usr ro[, ]", mounts) or re.search(r" / ro[, ]", mounts), "ProtectSystem=strict"
-        out = h.run("systemd-analyze security --no-pager vllm.service").stdout
-        level = float(re.search(r"Overall exposure level for vllm\.service: ([0-9.]+)", out).group(1))
-        assert level < EXPOSURE_THRESHOLD, out[-2000:]
+        level = exposure(h, "vllm")
+        print(f"\nexposure {name} vllm.service: {level}")
+        assert level < EXPOSURE_THRESHOLD, level
 
 
 def test_api_key_only_in_the_root_only_environment_file(lab_host):
