@@ -5,10 +5,10 @@ from conftest import COMPLETION_BODY, wait_until
 from lab_testinfra import exposure, main_pid_user
 
 # systemd-analyze's overall exposure (0 = fully sandboxed, 10 = none). Debian's unit alone: 9.6.
-# With the drop-in 2.5-2.6 was measured (Debian 12 and 13); what remains is what a balancer needs: a root master (it binds
-# 80/443, reads the root-only keys, then drops to www-data), its capabilities for that (bind, setuid,
-# setgid, chown, dac_override, kill) and the network. 3.0 leaves room for a systemd that scores a
-# little differently, and fails if a line of the drop-in is lost.
+# With the drop-in 2.6 was measured (Debian 12 and 13); what remains is what a balancer needs: a
+# root master (it binds 80/443, reads the root-only keys, then drops to www-data), its capabilities
+# for that (bind, setuid, setgid, chown, dac_override, kill) and the network. 3.0 leaves room for a
+# systemd that scores a little differently, and fails if a line of the drop-in is lost.
 NGINX_EXPOSURE_THRESHOLD = 3.0
 DROPIN = "/etc/systemd/system/nginx.service.d/llmops-hardening.conf"
 
