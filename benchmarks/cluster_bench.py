@@ -94,7 +94,7 @@ def rolling_part(args, log):
                                   "-e", json.dumps({"vllm_service_engine": changed_engine})]),
         ("engine config back", ["-e", "upgrade_layer=vllm_service"]),
     ]
-    load = Load(url, key, args.model, args.concurrency, args.max_tokens, args.cap)
+    load = Load(url, key, args.model, args.concurrency, args.max_tokens, args.cap, pause=args.pause)
     table, problems = [], []
     for label, extra in phases:
         load.start()
@@ -131,6 +131,8 @@ def main():
     p.add_argument("--concurrency", type=int, default=4, choices=range(1, 33), metavar="1..32")
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--cap", type=int, default=20000, help="most requests per phase")
+    p.add_argument("--pause", type=float, default=0.3,
+                   help="seconds each client waits between requests (stays under the edge's rate limit)")
     p.add_argument("--log", default=os.path.join(REPO, "reports", "cluster_bench.log"))
     args = p.parse_args()
     os.makedirs(os.path.dirname(args.log), exist_ok=True)

@@ -112,15 +112,20 @@ def pct(values, q):
 
 
 class Load:
-    """Constant streaming load: `concurrency` workers, each sending one request after another.
+    """Constant streaming load: `concurrency` workers, each sending one request after another and
+    then pausing `pause` seconds.
 
+    The pause keeps the load under the edge's rate limit (nginx_lb_rate_limit_rate, 20 requests/s
+    per key by default): 4 workers with 0.3 s pauses send at most ~13/s however fast the replicas
+    answer, so a 429 is a real failure, not the load's own doing.
     Bounded: at most `cap` requests between start() and take(), each with a timeout. The target is
     checked against the traffic rule (check_lab_target) when the Load is made."""
 
-    def __init__(self, url, key, model, concurrency=4, max_tokens=16, cap=20000, timeout=120):
+    def __init__(self, url, key, model, concurrency=4, max_tokens=16, cap=20000, timeout=120, pause=0.3):
         check_lab_target(url)
         self.url, self.key, self.model = url, key, model
         self.concurrency, self.max_tokens, self.cap, self.timeout = concurrency, max_tokens, cap, timeout
+        self.pause = pause
         self.results, self.lock, self.stop = [], threading.Lock(), threading.Event()
         self.threads = []
 
@@ -136,6 +141,7 @@ class Load:
             with self.lock:
                 self.results.append(r)
             i += self.concurrency
+            self.stop.wait(self.pause)
 
     def start(self):
         self.stop.clear()

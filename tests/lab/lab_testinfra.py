@@ -8,6 +8,8 @@ instance config (MOLECULE_INSTANCE_CONFIG) and groups from its inventory, and of
   host           the testinfra host, parametrised over every instance (testinfra's own fixture)
   lab_groups     {group: [instance, ...]} from molecule's inventory
   lab_host(name) a testinfra host by instance name
+  run_play       runs a playbook (text) against the scenario's inventory; role_play() writes a
+                 one-role play for it
 """
 import os
 import subprocess
@@ -106,6 +108,12 @@ def run_play(tmp_path_factory):
         return PlayResult(proc.returncode, proc.stdout)
 
     return run
+
+
+def role_play(role, hosts="all", gather_facts=False):
+    """The text of a one-role play (llmops.vllm_cluster.ROLE on HOSTS), for run_play."""
+    return ("- name: Apply %s\n  hosts: %s\n  gather_facts: %s\n  roles:\n    - role: llmops.vllm_cluster.%s\n"
+            % (role, hosts, str(bool(gather_facts)).lower(), role))
 
 
 def container_ip(name):

@@ -2,18 +2,13 @@
 import json
 
 import pytest
+from lab_testinfra import role_play
 
 LINK = "/opt/vllm/current"
 RELEASES = "/opt/vllm/releases"
 SRC_REPO = "/srv/llmops-lab/git/vllm.git"
 
-PLAY = """
-- name: Apply dspark_build with overrides
-  hosts: all
-  gather_facts: false
-  roles:
-    - role: llmops.vllm_cluster.dspark_build
-"""
+PLAY = role_play("dspark_build")
 
 
 def record(host):

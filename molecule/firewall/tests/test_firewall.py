@@ -6,17 +6,12 @@ import subprocess
 import time
 
 import pytest
+from lab_testinfra import role_play
 
 HEAD, WORKER, BALANCER, THIRD = "firewall-head", "firewall-worker", "firewall-balancer", "firewall-third"
 API, MASTER, NODE_EXPORTER, OPEN = 8010, 29501, 9100, 8080
 RULESET = "/etc/llmops/firewall/llmops.nft"
-CONVERGE = """
-- name: Firewall
-  hosts: all
-  gather_facts: false
-  roles:
-    - role: llmops.vllm_cluster.firewall
-"""
+CONVERGE = role_play("firewall")
 
 # curl exit codes: 0 answered, 7 refused (TCP reset), 28 timed out (dropped).
 REFUSED = (7, 28)

@@ -1,4 +1,5 @@
 """Behaviour of the headless role on hosts that were prepared to boot into lightdm."""
+from lab_testinfra import role_play
 
 
 def test_default_target_is_multi_user(host):
@@ -24,13 +25,7 @@ def test_masked_display_manager_cannot_be_started(host):
     assert res.rc != 0 and "masked" in (res.stderr + res.stdout), res
 
 
-BOGUS_PLAY = """
-- name: Apply headless with a bad variable
-  hosts: all
-  gather_facts: false
-  roles:
-    - role: llmops.vllm_cluster.headless
-"""
+BOGUS_PLAY = role_play("headless")
 
 
 def test_bad_target_refused_before_any_change(host, run_play):

@@ -40,4 +40,4 @@ def test_rolling_engine_config_change_under_load_loses_no_request(run_play, lab_
     for name in HEADS:
         h = lab_host(name)
         assert h.check_output("systemctl show -p MainPID --value vllm") != before[name], f"{name} not restarted"
-        assert re.search(r"^max_num_seqs: 32$", h.file("/etc/vllm/config.yaml").content_string, re.M)
+        assert re.search(r"^max[-_]num[-_]seqs: 32$", h.file("/etc/vllm/config.yaml").content_string, re.M)

@@ -8,11 +8,14 @@ Order matters (pytest keeps it): the cheap, non-destructive faults first, the ho
 """
 import time
 
+from lab_testinfra import role_play
+
 from conftest import FAULTS, HEADS, LB, one_line, podman, served_by, wait_until
 
 # Ready in the lab means: a replica that was killed or rebooted serves through the balancer again.
 # A CPU engine with a cold page cache on a loaded 2-core CI machine takes minutes; the bound is loose.
 REJOIN_TIMEOUT = 900
+DRAIN = "/usr/local/libexec/llmops/nginx-lb-drain"  # nginx_lb_libexec_dir
 
 
 def main_pid(h):
@@ -24,6 +27,28 @@ def started(lo, ip=None, timeout=180):
     lo.start()
     wait_until(lambda: any(r["ok"] and (ip is None or served_by(r, ip)) for r in lo.snapshot()),
                timeout, what="the load to be answered" + (f" by {ip}" if ip else ""))
+
+
+def served_again(lo, ip, after, what):
+    """The first request answered by ip that started after `after` (monotonic seconds)."""
+    return wait_until(lambda: next((r for r in lo.snapshot() if r["ok"] and served_by(r, ip) and r["start"] > after),
+                                   None), REJOIN_TIMEOUT, 2, what=what)
+
+
+def assert_only_in_flight_failed(bad, concurrency, t_fault_done, fault):
+    """Only requests in flight at the fault may fail: at most one per client, none sent after it."""
+    assert len(bad) <= concurrency, describe(bad)
+    late = [r for r in bad if r["start"] > t_fault_done]
+    assert not late, f"{len(late)} requests sent after {fault} failed: {describe(late)}"
+
+
+def refused_under_load(lo, res, fault, checked):
+    """Stop the load, add the table row, require the play to have failed; (failed requests, output)."""
+    results = lo.take()
+    bad = failures(results)
+    FAULTS.append((fault, len(results), len(bad), "-", checked))
+    assert res.rc != 0, res
+    return bad, one_line(res.output)
 
 
 def failures(results):
@@ -44,10 +69,10 @@ def test_balancer_reloaded_and_a_replica_drained_under_load(lab_host, load, head
         lb.check_output("systemctl reload nginx")
         time.sleep(2)
     # A drain and an undrain: two real configuration changes, each tested and reloaded by the tool.
-    lb.check_output("nginx-lb-drain drain %s", HEADS[0])
+    lb.check_output("%s drain %s", DRAIN, HEADS[0])
     time.sleep(4)
     during_drain = len(lo.snapshot())
-    lb.check_output("nginx-lb-drain undrain %s", HEADS[0])
+    lb.check_output("%s undrain %s", DRAIN, HEADS[0])
     wait_until(lambda: any(r["ok"] and served_by(r, head_ip[HEADS[0]]) and r["start"] > t0 + 10
                            for r in lo.snapshot()), 120, what=f"{HEADS[0]} back after the undrain")
     results = lo.take()
@@ -57,16 +82,10 @@ def test_balancer_reloaded_and_a_replica_drained_under_load(lab_host, load, head
     assert not bad, describe(bad)
     assert len(results) > during_drain > 0
     assert lb.check_output("systemctl show -p MainPID --value nginx") == master, "a reload must not restart nginx"
-    assert "drained" not in lb.check_output("nginx-lb-drain status")
+    assert "drained" not in lb.check_output("%s status", DRAIN)
 
 
-VLLM_PLAY = """
-- name: vllm_service on one replica
-  hosts: vllm_nodes
-  gather_facts: true
-  roles:
-    - role: llmops.vllm_cluster.vllm_service
-"""
+VLLM_PLAY = role_play("vllm_service", hosts="vllm_nodes", gather_facts=True)
 
 
 def test_bad_engine_config_refused_while_the_engine_serves(run_play, lab_host, load):
@@ -77,12 +96,8 @@ def test_bad_engine_config_refused_while_the_engine_serves(run_play, lab_host, l
     started(lo)
     res = run_play(VLLM_PLAY, limit=name,
                    extra_vars={"vllm_service_extra_args": {"enforce_eager": True, "no_such_flag": 1}})
-    results = lo.take()
-    bad = failures(results)
-    FAULTS.append(("bad engine config pushed (unknown flag)", len(results), len(bad), "-",
-                   "play failed naming the flag; engine, config untouched"))
-    out = one_line(res.output)
-    assert res.rc != 0, res
+    bad, out = refused_under_load(lo, res, "bad engine config pushed (unknown flag)",
+                                  "play failed naming the flag; engine, config untouched")
     assert "unrecognized arguments: --no-such-flag" in out and "left untouched" in out, out[-3000:]
     assert (main_pid(h), h.file("/etc/vllm/config.yaml").sha256sum) == before
     assert not bad, describe(bad)
@@ -93,7 +108,7 @@ NETWORK_PLAY = """
   hosts: %s
   gather_facts: true
   tasks:
-    - name: The bad data, on this host only (set_fact: the peers' data stays as it is)
+    - name: The bad data, on this host only (set_fact, so the peers' data stays as it is)
       ansible.builtin.set_fact:
         network_interfaces:
           - name: eth0
@@ -118,12 +133,8 @@ def test_bad_network_config_refused_before_apply_connectivity_kept(run_play, lab
     # The replica must go on serving through the balancer after the refusal.
     wait_until(lambda: any(r["ok"] and served_by(r, head_ip[name]) and r["start"] > t0 for r in lo.snapshot()),
                60, what=f"{name} serving after the refused network change")
-    results = lo.take()
-    bad = failures(results)
-    FAULTS.append(("bad network config pushed (netplan refuses)", len(results), len(bad), "-",
-                   "refused before apply; netplan dir and eth0 unchanged"))
-    out = one_line(res.output)
-    assert res.rc != 0, res
+    bad, out = refused_under_load(lo, res, "bad network config pushed (netplan refuses)",
+                                  "refused before apply; netplan dir and eth0 unchanged")
     assert "no-such-netplan-key" in out, out[-3000:]
     assert (h.check_output("ls -l --time-style=+%s /etc/netplan/ 2>/dev/null || true"),
             h.check_output("ip -4 -o addr show dev eth0")) == before
@@ -140,18 +151,13 @@ def test_engine_killed_under_load_restarts_and_rejoins(lab_host, load, head_ip):
     t_fault = time.monotonic()
     h.check_output("kill -KILL %s", pid)
     t_done = time.monotonic()
-    back = wait_until(lambda: next((r for r in lo.snapshot() if r["ok"] and served_by(r, ip)
-                                    and r["start"] > t_done), None),
-                      REJOIN_TIMEOUT, 2, what=f"{name} to serve again after its engine was killed")
+    back = served_again(lo, ip, t_done, f"{name} to serve again after its engine was killed")
     time.sleep(3)
     results = lo.take()
     bad = failures(results)
     FAULTS.append(("replica engine killed (SIGKILL)", len(results), len(bad), back["end"] - t_fault,
                    "systemd restarted it, nginx routed around it"))
-    # Only requests in flight at the kill may fail: at most one per client, none started after it.
-    assert len(bad) <= lo.concurrency, describe(bad)
-    late = [r for r in bad if r["start"] > t_done]
-    assert not late, f"{len(late)} requests sent after the kill failed: {describe(late)}"
+    assert_only_in_flight_failed(bad, lo.concurrency, t_done, "the kill")
     assert int(h.check_output("systemctl show -p NRestarts --value vllm")) > restarts
     assert main_pid(h) not in ("0", pid)
 
@@ -168,17 +174,13 @@ def test_replica_host_stopped_under_load_comes_back(lab_host, load, head_ip):
     during = [r for r in lo.snapshot() if r["start"] > t_done]
     podman("start", name)
     t_start = time.monotonic()
-    back = wait_until(lambda: next((r for r in lo.snapshot() if r["ok"] and served_by(r, ip)
-                                    and r["start"] > t_start), None),
-                      REJOIN_TIMEOUT, 2, what=f"{name} to serve again after its host came back")
+    back = served_again(lo, ip, t_start, f"{name} to serve again after its host came back")
     time.sleep(3)
     results = lo.take()
     bad = failures(results)
     FAULTS.append(("replica host stopped (podman kill), restarted", len(results), len(bad),
                    back["end"] - t_start, f"down {t_start - t_fault:.0f} s; recovery timed from its start"))
     assert sum(r["ok"] for r in during) >= 5, f"the other replica must serve meanwhile: {describe(failures(during))}"
-    assert len(bad) <= lo.concurrency, describe(bad)
-    late = [r for r in bad if r["start"] > t_done]
-    assert not late, f"{len(late)} requests sent after the host stopped failed: {describe(late)}"
+    assert_only_in_flight_failed(bad, lo.concurrency, t_done, "the host stopped")
     # The host came back on its address with its engine enabled: no one had to touch it.
     assert lab_host(name).service("vllm").is_running
