@@ -22,7 +22,6 @@ must be loopback or inside a podman network of this machine (the lab), nothing e
 """
 import argparse
 import collections
-import json
 import os
 import statistics
 import sys
@@ -44,7 +43,6 @@ def run_round(target, n, concurrency, args, offset, stop_at):
     with ThreadPoolExecutor(concurrency) as pool:
         results = list(pool.map(work, range(n)))
     return results, time.monotonic() - t0
-
 
 
 def summary(results, seconds):

@@ -42,4 +42,3 @@ def test_monitoring_services_run_sandboxed_as_their_own_users(lab_host, lab_grou
         pid = h.check_output(f"systemctl show -p MainPID --value {unit}")
         status = h.file(f"/proc/{pid}/status").content_string
         assert "NoNewPrivs:\t1" in status and "CapEff:\t0000000000000000" in status, (unit, status)
-
