@@ -2,6 +2,7 @@
 job (test_response_cache.py: cached answers from Redis, misses through nginx to the engine)."""
 import re
 
+import pytest
 from conftest import LB
 from lab_testinfra import exposure, main_pid_user
 
@@ -17,22 +18,21 @@ GATEWAY_EXPOSURE_THRESHOLD = 2.0
 REDIS_EXPOSURE_THRESHOLD = 2.0
 
 
-def test_gateway_runs_sandboxed_as_its_own_user(lab_host):
+@pytest.mark.parametrize("unit,user,threshold", [
+    ("llmops-response-cache", "llmops-cache", GATEWAY_EXPOSURE_THRESHOLD),
+    ("redis-server", "redis", REDIS_EXPOSURE_THRESHOLD),
+])
+def test_service_runs_sandboxed_as_its_own_user(lab_host, unit, user, threshold):
     h = lab_host(LB)
-    assert h.service("llmops-response-cache").is_running
-    level = exposure(h, "llmops-response-cache")
-    print(f"\nexposure llmops-response-cache.service: {level}")
-    assert level < GATEWAY_EXPOSURE_THRESHOLD, level
-    assert main_pid_user(h, "llmops-response-cache") == "llmops-cache"
+    assert h.service(unit).is_running
+    level = exposure(h, unit)
+    print(f"\nexposure {unit}.service: {level}")
+    assert level < threshold, level
+    assert main_pid_user(h, unit) == user
+
+
+def test_gateway_has_no_capabilities_and_no_new_privileges(lab_host):
+    h = lab_host(LB)
     pid = h.check_output("systemctl show -p MainPID --value llmops-response-cache")
     status = h.file(f"/proc/{pid}/status").content_string
     assert re.search(r"^CapBnd:\s+0+$", status, re.M) and re.search(r"^NoNewPrivs:\s+1$", status, re.M), status
-
-
-def test_redis_runs_sandboxed_as_its_own_user(lab_host):
-    h = lab_host(LB)
-    assert h.service("redis-server").is_running
-    level = exposure(h, "redis-server")
-    print(f"\nexposure redis-server.service: {level}")
-    assert level < REDIS_EXPOSURE_THRESHOLD, level
-    assert main_pid_user(h, "redis-server") == "redis"
