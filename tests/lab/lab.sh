@@ -169,6 +169,12 @@ free_address() {
   done
 }
 
+mac_for() {
+  local IFS=. o
+  read -r -a o <<< "$1"
+  printf '02:6c:%02x:%02x:%02x:%02x\n' "${o[0]}" "${o[1]}" "${o[2]}" "${o[3]}"
+}
+
 up() {
   # Each argument: NAME[@SUITE[/ARCH]], e.g. dgx1, lb1@trixie, spark1@bookworm/arm64.
   # The container is named $LAB_PREFIX$NAME and answers to NAME on the lab network.
@@ -189,7 +195,10 @@ up() {
     local platform=() ip ipopt=()
     [ "$arch" = amd64 ] || platform=(--arch "$arch")
     ip=$(free_address)
-    [ -z "$ip" ] || ipopt=(--ip "$ip" --label "llmops.lab.ip=$ip")
+    # The MAC too: a new one on the same address leaves the peers' neighbour entries pointing at
+    # the old MAC (they stay REACHABLE while the peer retries), so the host would be unreachable
+    # from them after a restart. Locally administered, derived from the address.
+    [ -z "$ip" ] || ipopt=(--ip "$ip" --mac-address "$(mac_for "$ip")" --label "llmops.lab.ip=$ip")
     mkdir -p "$LAB_CACHE"
     podman run -d --name "$LAB_PREFIX$h" --hostname "$h" --network "$LAB_NETWORK" --network-alias "$h" "${ipopt[@]}" \
       --label llmops.lab=1 --label "llmops.lab.network=$LAB_NETWORK" --systemd=always --cap-add "$LAB_CAPS" \
