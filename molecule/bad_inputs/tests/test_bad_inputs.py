@@ -156,7 +156,8 @@ def outcome(lab_host, run_play, tmp_path_factory, request):
         rec = records.get(case["id"], {})
         text = _text(rec)
         by = _refused_by(case, rec) if rec.get("refused") else "NOT REFUSED"
-        good = by == case["refused_by"] and all(s in text for s in [case["variable"]] + case.get("expect", []))
+        good = (by == case["refused_by"] and all(s in text for s in [case["variable"]] + case.get("expect", []))
+                and not any(s in json.dumps(rec) or s in result.output for s in case.get("absent", [])))
         ok += good
         rows.append((case["id"], _target(case), case["variable"], by if good else "FAIL " + by, _excerpt(text, case)))
     roles = sorted({c["role"] for c in CASES["cases"] if "role" in c})
