@@ -12,7 +12,11 @@
 #
 # Environment: LAB_SUITE (bookworm), LAB_NETWORK (llmops-lab), LAB_SUBNET (10.89.40.0/24: a podman
 # network this run creates; nothing outside it is contacted), LAB_DEBIAN_MIRROR, LAB_HOSTS,
-# LAB_PREFIX (container-name prefix, molecule uses the scenario's), LAB_EXTRA_OPTS (podman run options).
+# LAB_PREFIX (container-name prefix, molecule uses the scenario's), LAB_EXTRA_OPTS (podman run options),
+# LAB_SSH (1: `up` starts sshd on each host and writes $LAB_SSH_DIR/$LAB_NETWORK.config, an ssh_config
+# with each host's address, the lab's key and its host keys, for inventories/lab; molecule sets 0 and
+# uses podman exec). SSH is how a real cluster is reached, and with pipelining and a persistent
+# connection a task costs a fraction of what a podman exec connection costs (docs/upgrades.md).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -31,7 +35,9 @@ LAB_SHM_SIZE=${LAB_SHM_SIZE:-1g}
 LAB_CACHE=${LAB_CACHE:-/var/cache/llmops-lab}
 LAB_CONTAINERS_CONF=${LAB_CONTAINERS_CONF:-/etc/containers/containers.conf}
 # Packages every lab image carries (the recipe: changing it rebuilds the images).
-LAB_PACKAGES="systemd,systemd-sysv,dbus,python3,python3-apt,sudo,iproute2,iputils-ping,ca-certificates,procps,gnupg,curl,less"
+LAB_PACKAGES="systemd,systemd-sysv,dbus,python3,python3-apt,sudo,iproute2,iputils-ping,ca-certificates,procps,gnupg,curl,less,openssh-server"
+LAB_SSH=${LAB_SSH:-1}
+LAB_SSH_DIR=${LAB_SSH_DIR:-/var/lib/llmops-lab/ssh}
 # What a lab host may do: systemd sandboxing needs mount namespaces (SYS_ADMIN), the network role
 # configures addresses (NET_ADMIN), ping needs NET_RAW.
 LAB_CAPS=${LAB_CAPS:-SYS_ADMIN,NET_ADMIN,NET_RAW}
@@ -119,6 +125,9 @@ build_image() {
   # A container boots straight to multi-user; nothing to log in to, no getty.
   chroot "$root" systemctl mask getty.target console-getty.service systemd-firstboot.service \
     systemd-udevd.service systemd-modules-load.service >/dev/null 2>&1 || true
+  # sshd off until `up` gives the host keys of its own (LAB_SSH=1): no host shares a host key.
+  chroot "$root" systemctl disable ssh.service ssh.socket >/dev/null 2>&1 || true
+  rm -f "$root"/etc/ssh/ssh_host_*
   # Leave apt clean and the image small.
   # Leave no package lists: an apt cache_valid_time check must see them as old and update.
   rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
@@ -206,7 +215,52 @@ up() {
       "$(image_name "$suite" "$arch")" >/dev/null
   done
   for h in "${names[@]}"; do wait_booted "$h"; done
+  [ "$LAB_SSH" != 1 ] || ssh_access "${names[@]}"
   log "up: ${names[*]} on $LAB_NETWORK ($LAB_SUBNET)"
+}
+
+# sshd on each host with host keys of its own, root's authorized key the lab's, then an ssh_config
+# for every SSH host on the network: HostName (its fixed address), the key, a known_hosts file with
+# the hosts' real keys (StrictHostKeyChecking yes), a persistent connection.
+ssh_access() {
+  local h key=$LAB_SSH_DIR/id_ed25519
+  mkdir -p "$LAB_SSH_DIR" && chmod 700 "$LAB_SSH_DIR"
+  [ -f "$key" ] || ssh-keygen -q -t ed25519 -N '' -C llmops-lab -f "$key"
+  for h in "$@"; do
+    podman exec -i "$h" bash -c 'set -e
+      ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -A >/dev/null
+      install -d -m 700 /root/.ssh && cat > /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys
+      systemctl enable --now ssh.service >/dev/null 2>&1' < "$key.pub" || die "could not start sshd on $h"
+    podman exec "$h" systemctl is-active --quiet ssh.service || die "sshd is not running on $h"
+  done
+  ssh_config
+}
+
+ssh_config() {
+  local conf=$LAB_SSH_DIR/$LAB_NETWORK.config known=$LAB_SSH_DIR/$LAB_NETWORK.known_hosts c h ip n=0
+  [ -d "$LAB_SSH_DIR" ] || return 0
+  : > "$conf.new"; : > "$known.new"
+  printf '# Written by tests/lab/lab.sh for the lab hosts on podman network %s.\n' "$LAB_NETWORK" >> "$conf.new"
+  for c in $(podman ps --filter "label=llmops.lab.network=$LAB_NETWORK" --format '{{.Names}}'); do
+    podman exec "$c" systemctl is-active --quiet ssh.service 2>/dev/null || continue
+    h=$(podman inspect --format '{{.Config.Hostname}}' "$c")
+    ip=$(podman inspect --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$c")
+    printf 'Host %s\n  HostName %s\n' "$h" "$ip" >> "$conf.new"; n=$((n + 1))
+    podman exec "$c" cat /etc/ssh/ssh_host_ed25519_key.pub | awk -v n="$h,$ip" '{print n, $1, $2}' >> "$known.new"
+  done
+  cat >> "$conf.new" <<CONF
+Host *
+  User root
+  IdentityFile $LAB_SSH_DIR/id_ed25519
+  IdentitiesOnly yes
+  UserKnownHostsFile $known
+  StrictHostKeyChecking yes
+  ControlMaster auto
+  ControlPath $LAB_SSH_DIR/cm-%C
+  ControlPersist 120s
+CONF
+  if [ "$n" = 0 ]; then rm -f "$conf" "$known" "$conf.new" "$known.new"; return 0; fi
+  mv "$known.new" "$known"; mv "$conf.new" "$conf"
 }
 
 wait_booted() {
@@ -227,6 +281,7 @@ down() {
   local i
   for i in "${!hosts[@]}"; do hosts[$i]=$LAB_PREFIX${hosts[$i]#"$LAB_PREFIX"}; done
   [ ${#hosts[@]} -eq 0 ] || podman rm -f -t 5 "${hosts[@]}" >/dev/null
+  ssh_config
   if podman network exists "$LAB_NETWORK" &&
      [ -z "$(podman ps -a --filter network="$LAB_NETWORK" --format '{{.Names}}')" ]; then
     podman network rm "$LAB_NETWORK" >/dev/null
