@@ -135,8 +135,13 @@ class Load:
             with self.lock:
                 if len(self.results) >= self.cap:
                     return
-            r = one_request(self.url, self.key, self.model, PROMPTS[i % len(PROMPTS)], self.max_tokens,
-                            "X-Upstream", self.timeout)
+            t0 = time.monotonic()
+            try:
+                r = one_request(self.url, self.key, self.model, PROMPTS[i % len(PROMPTS)], self.max_tokens,
+                                "X-Upstream", self.timeout)
+            except Exception as exc:  # pylint: disable=broad-except  (a worker must never die silently)
+                r = {"ok": False, "status": None, "upstream": None, "start": t0, "end": time.monotonic(),
+                     "error": f"client error {type(exc).__name__}: {exc}"}
             r["t"] = r["end"]
             with self.lock:
                 self.results.append(r)
@@ -151,9 +156,14 @@ class Load:
             t.start()
 
     def snapshot(self):
-        """The results so far, without stopping."""
+        """The results so far, without stopping. Raises when every worker has ended although the
+        load was not stopped (a wait on it would otherwise last until its own deadline)."""
         with self.lock:
-            return list(self.results)
+            out = list(self.results)
+        if self.threads and not self.stop.is_set() and not any(t.is_alive() for t in self.threads):
+            raise RuntimeError("the load's workers all ended after %d requests (cap %d): %s" % (
+                len(out), self.cap, "cap reached" if len(out) >= self.cap else "they stopped"))
+        return out
 
     def take(self):
         """Stop the workers (each finishes its request) and return every result since start()."""
