@@ -118,14 +118,16 @@ class Load:
     The pause keeps the load under the edge's rate limit (nginx_lb_rate_limit_rate, 20 requests/s
     per key by default): 4 workers with 0.3 s pauses send at most ~13/s however fast the replicas
     answer, so a 429 is a real failure, not the load's own doing.
-    Bounded: at most `cap` requests between start() and take(), each with a timeout. The target is
+    Bounded: at most `cap` requests and `max_seconds` between start() and take(), each request with
+    a timeout. The target is
     checked against the traffic rule (check_lab_target) when the Load is made."""
 
-    def __init__(self, url, key, model, concurrency=4, max_tokens=16, cap=20000, timeout=120, pause=0.3):
+    def __init__(self, url, key, model, concurrency=4, max_tokens=16, cap=20000, timeout=120, pause=0.3,
+                 max_seconds=3600):
         check_lab_target(url)
         self.url, self.key, self.model = url, key, model
         self.concurrency, self.max_tokens, self.cap, self.timeout = concurrency, max_tokens, cap, timeout
-        self.pause = pause
+        self.pause, self.max_seconds, self.t_start = pause, max_seconds, None
         self.results, self.lock, self.stop = [], threading.Lock(), threading.Event()
         self.threads = []
 
@@ -133,7 +135,7 @@ class Load:
         i = n
         while not self.stop.is_set():
             with self.lock:
-                if len(self.results) >= self.cap:
+                if len(self.results) >= self.cap or time.monotonic() - self.t_start > self.max_seconds:
                     return
             t0 = time.monotonic()
             try:
@@ -150,6 +152,7 @@ class Load:
 
     def start(self):
         self.stop.clear()
+        self.t_start = time.monotonic()
         self.threads = [threading.Thread(target=self._worker, args=(n,), daemon=True)
                         for n in range(self.concurrency)]
         for t in self.threads:
@@ -161,8 +164,8 @@ class Load:
         with self.lock:
             out = list(self.results)
         if self.threads and not self.stop.is_set() and not any(t.is_alive() for t in self.threads):
-            raise RuntimeError("the load's workers all ended after %d requests (cap %d): %s" % (
-                len(out), self.cap, "cap reached" if len(out) >= self.cap else "they stopped"))
+            raise RuntimeError("the load's workers all ended after %d requests in %.0f s (cap %d, %d s)" % (
+                len(out), time.monotonic() - self.t_start, self.cap, self.max_seconds))
         return out
 
     def take(self):

@@ -66,8 +66,11 @@ def load(lb_url):
     """A constant load of 4 streaming clients through the balancer; stopped at the end of the test."""
     made = []
 
+    # Bounded in count and time: at the load's ~10 requests/s, the cap outlasts the longest wait
+    # of a test (a replica's rejoin, REJOIN_TIMEOUT); max_seconds ends it in any case.
     def make(concurrency=4, max_tokens=16, timeout=90):
-        lo = Load(lb_url, EDGE_KEY, MODEL, concurrency=concurrency, max_tokens=max_tokens, cap=5000, timeout=timeout)
+        lo = Load(lb_url, EDGE_KEY, MODEL, concurrency=concurrency, max_tokens=max_tokens, cap=15000,
+                  timeout=timeout, max_seconds=1500)
         made.append(lo)
         return lo
 
@@ -92,7 +95,14 @@ def wait_until(predicate, timeout, step=1.0, what="condition"):
 
 
 def podman(*args, check=True):
-    return subprocess.run(["podman", *args], capture_output=True, text=True, check=check, timeout=300)
+    res = subprocess.run(["podman", *args], capture_output=True, text=True, check=False, timeout=300)
+    if check and res.returncode != 0:
+        raise AssertionError(f"podman {' '.join(args)}: rc {res.returncode}: {res.stderr.strip()}")
+    return res
+
+
+def running(name):
+    return podman("inspect", "--format", "{{.State.Running}}", name).stdout.strip() == "true"
 
 
 def one_line(text):
