@@ -138,10 +138,11 @@ class Load:
                 if len(self.results) >= self.cap or time.monotonic() - self.t_start > self.max_seconds:
                     return
             t0 = time.monotonic()
+            # A worker must never die silently: any client error is a failed request.
             try:
                 r = one_request(self.url, self.key, self.model, PROMPTS[i % len(PROMPTS)], self.max_tokens,
                                 "X-Upstream", self.timeout)
-            except Exception as exc:  # pylint: disable=broad-except  (a worker must never die silently)
+            except Exception as exc:  # pylint: disable=broad-except
                 r = {"ok": False, "status": None, "upstream": None, "start": t0, "end": time.monotonic(),
                      "error": f"client error {type(exc).__name__}: {exc}"}
             r["t"] = r["end"]
