@@ -119,8 +119,8 @@ class Load:
     per key by default): 4 workers with 0.3 s pauses send at most ~13/s however fast the replicas
     answer, so a 429 is a real failure, not the load's own doing.
     Bounded: at most `cap` requests and `max_seconds` between start() and take(), each request with
-    a timeout. The target is
-    checked against the traffic rule (check_lab_target) when the Load is made."""
+    a timeout. The target is checked against the traffic rule (check_lab_target) when the Load is
+    made."""
 
     def __init__(self, url, key, model, concurrency=4, max_tokens=16, cap=20000, timeout=120, pause=0.3,
                  max_seconds=3600):
