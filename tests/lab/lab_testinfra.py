@@ -10,9 +10,15 @@ instance config (MOLECULE_INSTANCE_CONFIG) and groups from its inventory, and of
   lab_host(name) a testinfra host by instance name
   run_play       runs a playbook (text) against the scenario's inventory; role_play() writes a
                  one-role play for it
+  run_converge   runs the scenario's converge.yml (or another of its playbooks) again with other
+                 variables: (rc, output)
+
+and helpers for the tests: wait_until (poll, fail naming what did not happen), podman / running
+(the lab's containers from this machine), container_ip, exposure, main_pid_user.
 """
 import os
 import subprocess
+import time
 
 import pytest
 import testinfra
@@ -77,35 +83,56 @@ class PlayResult:
         return "PlayResult(rc=%s)\n%s" % (self.rc, self.output[-4000:])
 
 
+def _playbook(path, extra_vars=None, limit=None, check=False, args=(), timeout=900):
+    """ansible-playbook PATH against this scenario's inventory, in plain text; a PlayResult."""
+    import json
+
+    cmd = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(path)]
+    if extra_vars:
+        cmd += ["-e", json.dumps(extra_vars)]
+    if limit:
+        cmd += ["--limit", limit]
+    if check:
+        cmd.append("--check")
+    cmd += list(args)
+    # plain text for the tests' regexes (molecule may force colour, as it does under CI=true)
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                          timeout=timeout, check=False)
+    return PlayResult(proc.returncode, proc.stdout)
+
+
 @pytest.fixture(scope="session")
 def run_play(tmp_path_factory):
-    """Run a playbook against this scenario's inventory:
+    """Run a playbook (its text) against this scenario's inventory:
     run_play(yaml_text, extra_vars={}, limit=None, check=False, args=[more ansible-playbook arguments]).
 
     For behaviour that only a play shows: bad input refused before any change, a broken config
     rejected while the working one keeps serving.
     """
-    import json
-    import subprocess
-
-    inventory = os.environ.get("MOLECULE_INVENTORY_FILE")
     workdir = tmp_path_factory.mktemp("plays")
 
-    def run(playbook, extra_vars=None, limit=None, check=False, args=(), timeout=900):
+    def run(playbook, **kwargs):
         path = workdir / ("play%d.yml" % len(list(workdir.iterdir())))
         path.write_text(playbook, encoding="utf-8")
-        cmd = ["ansible-playbook", "-i", inventory, str(path)]
-        if extra_vars:
-            cmd += ["-e", json.dumps(extra_vars)]
-        if limit:
-            cmd += ["--limit", limit]
-        if check:
-            cmd.append("--check")
-        cmd += list(args)
-        env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                              timeout=timeout, check=False)
-        return PlayResult(proc.returncode, proc.stdout)
+        return _playbook(path, **kwargs)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def run_converge():
+    """Runs one of the scenario's playbooks (converge.yml unless told) again with extra variables:
+    run_converge(extra, limit=None, timeout=900, playbook="converge.yml", one_line=False) -> (rc, output).
+
+    one_line=True joins the output's whitespace: the YAML result format wraps long messages wherever
+    their length puts a break, which splits the phrases a test looks for.
+    """
+    scenario = os.environ["MOLECULE_SCENARIO_DIRECTORY"]
+
+    def run(extra, limit=None, timeout=900, playbook="converge.yml", one_line=False):
+        res = _playbook(os.path.join(scenario, playbook), extra_vars=extra, limit=limit, timeout=timeout)
+        return res.rc, (" ".join(res.output.split()) if one_line else res.output)
 
     return run
 
@@ -146,3 +173,29 @@ def main_pid_user(host, unit):
     pid = host.check_output(f"systemctl show -p MainPID --value {unit}")
     assert pid and pid != "0", f"{unit} has no main process"
     return host.check_output(f"ps -o user= -p {pid}")
+
+
+def wait_until(check, timeout=60, interval=0.5, what="the condition"):
+    """Polls check() until it returns a truthy value and returns that value; after TIMEOUT seconds
+    the test fails, naming WHAT and the last value seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {value!r})")
+        time.sleep(interval)
+
+
+def podman(*args, check=True, timeout=300):
+    """Runs podman on this machine (the lab's containers); fails the test with its stderr unless check=False."""
+    res = subprocess.run(["podman", *args], capture_output=True, text=True, check=False, timeout=timeout)
+    if check and res.returncode != 0:
+        raise AssertionError(f"podman {' '.join(args)}: rc {res.returncode}: {res.stderr.strip()}")
+    return res
+
+
+def running(name):
+    """True while lab container NAME runs."""
+    return podman("inspect", "--format", "{{.State.Running}}", name).stdout.strip() == "true"

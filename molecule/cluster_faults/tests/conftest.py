@@ -7,8 +7,6 @@ fault, requests sent, failed, time to recover.
 """
 import os
 import re
-import subprocess
-import time
 
 import pytest
 import yaml
@@ -82,27 +80,6 @@ def load(lb_url):
 def served_by(result, ip):
     """True when nginx's X-Upstream header says the request's last attempt went to ip."""
     return bool(result.get("upstream")) and result["upstream"].split(", ")[-1].split(":")[0] == ip
-
-
-def wait_until(predicate, timeout, step=1.0, what="condition"):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def podman(*args, check=True):
-    res = subprocess.run(["podman", *args], capture_output=True, text=True, check=False, timeout=300)
-    if check and res.returncode != 0:
-        raise AssertionError(f"podman {' '.join(args)}: rc {res.returncode}: {res.stderr.strip()}")
-    return res
-
-
-def running(name):
-    return podman("inspect", "--format", "{{.State.Running}}", name).stdout.strip() == "true"
 
 
 def one_line(text):

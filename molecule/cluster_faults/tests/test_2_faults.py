@@ -8,9 +8,9 @@ Order matters (pytest keeps it): the cheap, non-destructive faults first, the ho
 """
 import time
 
-from lab_testinfra import role_play
+from lab_testinfra import podman, role_play, running, wait_until
 
-from conftest import FAULTS, HEADS, LB, one_line, podman, running, served_by, wait_until
+from conftest import FAULTS, HEADS, LB, one_line, served_by
 
 # Ready in the lab means: a replica that was killed or rebooted serves through the balancer again.
 # A CPU engine with a cold page cache on a loaded 2-core CI machine takes minutes; the bound is loose.

@@ -7,8 +7,8 @@ the change back, and prints the time per replica.) test_3_secrets' site run puts
 import re
 import time
 
-from conftest import FAULTS, HEADS, REPO, one_line, served_by, wait_until
-from lab_testinfra import container_ip
+from conftest import FAULTS, HEADS, REPO, one_line, served_by
+from lab_testinfra import container_ip, wait_until
 
 UPGRADE = "- name: Upgrade\n  ansible.builtin.import_playbook: %s/playbooks/upgrade.yml\n" % REPO
 

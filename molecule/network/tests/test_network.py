@@ -3,8 +3,6 @@ each other over it, bad data is rejected before any change, a config netplan ref
 replaces the working one, and a change that cuts the fabric is rolled back."""
 import pytest
 
-from conftest import run_role
-
 FABRIC = {"network-a": "192.168.77.11", "network-b": "192.168.77.12", "network-c": "192.168.77.13"}
 FILES = {"network-a": "/etc/netplan/40-llmops.yaml", "network-b": "/etc/netplan/40-llmops.yaml",
          "network-c": "/etc/netplan/40-cx7.yaml"}
@@ -60,7 +58,7 @@ def _snapshot(h):
     return h.check_output("sha256sum /etc/netplan/40-llmops.yaml"), h.check_output("ip -4 -o addr show dev eth1")
 
 
-def test_invalid_data_is_rejected_before_any_change(host_a):
+def test_invalid_data_is_rejected_before_any_change(host_a, run_role):
     before = _snapshot(host_a)
     rc, out = run_role("network-a", {"network_interfaces": [
         {"name": "eth1", "role": "fabric", "addresses": ["192.168.77.300/24"], "gateway": "10.1.1.1"},
@@ -73,7 +71,7 @@ def test_invalid_data_is_rejected_before_any_change(host_a):
     assert _snapshot(host_a) == before
 
 
-def test_duplicate_address_across_hosts_is_rejected(host_a):
+def test_duplicate_address_across_hosts_is_rejected(host_a, run_role):
     before = _snapshot(host_a)
     rc, out = run_role("network-a", {"network_interfaces": [
         {"name": "eth1", "role": "fabric", "addresses": ["192.168.77.12/24"]}]})
@@ -82,12 +80,12 @@ def test_duplicate_address_across_hosts_is_rejected(host_a):
     assert _snapshot(host_a) == before
 
 
-def test_bad_type_fails_argument_validation(host_a):
+def test_bad_type_fails_argument_validation(host_a, run_role):
     rc, out = run_role("network-a", {"network_renderer": "ifupdown"})
     assert rc != 0 and "network_renderer" in out and "networkd" in out
 
 
-def test_config_netplan_refuses_never_replaces_the_working_one(host_a):
+def test_config_netplan_refuses_never_replaces_the_working_one(host_a, run_role):
     before = _snapshot(host_a)
     rc, out = run_role("network-a", {"network_interfaces": [
         {"name": "eth1", "role": "fabric", "addresses": ["192.168.77.11/24"],
@@ -97,7 +95,7 @@ def test_config_netplan_refuses_never_replaces_the_working_one(host_a):
     assert _snapshot(host_a) == before
 
 
-def test_change_that_cuts_the_fabric_is_rolled_back(host_a, lab_host):
+def test_change_that_cuts_the_fabric_is_rolled_back(host_a, lab_host, run_role):
     before = _snapshot(host_a)
     # Move network-a's fabric address to another subnet: the management link (podman exec) stays,
     # but no peer answers over the fabric, so the role must restore and re-apply the previous file.

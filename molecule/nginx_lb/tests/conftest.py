@@ -4,7 +4,6 @@ import http.client
 import json
 import os
 import ssl
-import subprocess
 import time
 
 import pytest
@@ -75,23 +74,6 @@ def backend_ips():
     return {container_ip(n): n for n in ("nginx-lb-head1", "nginx-lb-head2")}
 
 
-@pytest.fixture(scope="session")
-def run_converge():
-    """Runs the scenario's converge playbook again with extra variables; returns (rc, output)."""
-    scenario = os.environ["MOLECULE_SCENARIO_DIRECTORY"]
-
-    def run(extra):
-        res = subprocess.run(
-            ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
-             os.path.join(scenario, "converge.yml"), "-e", json.dumps(extra)],
-            capture_output=True, text=True, timeout=900, check=False,
-            # plain text for the recap regexes (molecule may force colour, as it does under CI=true)
-            env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0"))
-        return res.returncode, res.stdout + res.stderr
-
-    return run
-
-
 CLIENT = "nginx-lb-client"
 DRAIN = "/usr/local/libexec/llmops/nginx-lb-drain"
 CONF = "/etc/nginx/conf.d/llmops-vllm.conf"
@@ -131,16 +113,6 @@ def measure(name, **values):
 def upstream_of(headers):
     """The address of the replica that answered (the last one tried)."""
     return headers.get("X-Upstream", "").split(", ")[-1].split(":")[0]
-
-
-def wait_until(check, timeout=20, interval=0.2):
-    """Polls check() until it returns a truthy value; returns the last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval)
 
 
 COMPLETION_BODY = {"model": "standin", "prompt": "Hello", "max_tokens": 4}

@@ -4,7 +4,8 @@ state that a converge keeps, idempotent output, a failed nginx -t restoring the 
 import json
 import re
 
-from conftest import CONF, STATE, upstream_of, wait_until
+from conftest import CONF, STATE, upstream_of
+from lab_testinfra import wait_until
 
 COMPLETION = {"model": "standin", "prompt": "Hello", "max_tokens": 4}
 
@@ -68,7 +69,7 @@ def test_drain_and_undrain_by_reload_idempotent(lb, lb_host, drain, master_pid, 
         assert lb_host.file(STATE).content_string.split() == ["r2"]
         assert " down;  # llmops-replica=r2" in lb_host.file(CONF).content_string
         # A reload: new workers take over within moments; from then on only r1 answers.
-        assert wait_until(lambda: _only_to(lb, head1)), "requests still reach the drained replica"
+        wait_until(lambda: _only_to(lb, head1), what="requests to stop reaching the drained replica")
         assert _only_to(lb, head1, 20)
 
         before = lb_host.file(CONF).sha256sum
@@ -79,7 +80,7 @@ def test_drain_and_undrain_by_reload_idempotent(lb, lb_host, drain, master_pid, 
         res = drain("undrain", "r2")
         assert res.rc == 0 and res.stdout.startswith("changed: replica r2 back in service"), (res.stdout, res.stderr)
         assert _status(drain)["r2"][1] == "serving" and lb_host.file(STATE).content_string.split() == []
-        assert wait_until(lambda: _both(lb, [head1, head2])), "the undrained replica gets no requests"
+        wait_until(lambda: _both(lb, [head1, head2]), what="requests to reach the undrained replica")
         again = drain("undrain", "r2")
         assert again.rc == 0 and "changed" not in again.stdout, again.stdout
         assert master_pid() == pid, "nginx was restarted, not reloaded"
@@ -97,14 +98,14 @@ def test_a_converge_keeps_a_drained_replica_drained(lb, lb_host, drain, run_conv
         assert re.search(r"nginx-lb-lb1\s*:\s*ok=\d+\s+changed=0\s", out), out[-1500:]
         assert "replicas drained on nginx-lb-lb1: r1" in out and "stay drained" in out, out[-3000:]
         assert _status(drain)["r1"][1] == "drained"
-        assert wait_until(lambda: _only_to(lb, head2))
+        wait_until(lambda: _only_to(lb, head2), what="requests to go only to the replica left serving")
 
         # Asked explicitly, a converge puts it back (and says so by a change).
         rc, out = run_converge({"nginx_lb_drain_on_converge": "undrain"})
         assert rc == 0, out[-3000:]
         assert re.search(r"nginx-lb-lb1\s*:\s*ok=\d+\s+changed=[1-9]", out), out[-1500:]
         assert _status(drain)["r1"][1] == "serving" and lb_host.file(STATE).content_string.strip() == ""
-        assert wait_until(lambda: _both(lb, [head1, head2]))
+        wait_until(lambda: _both(lb, [head1, head2]), what="requests to reach both replicas again")
     finally:
         drain("undrain", "r1")
 
@@ -136,7 +137,7 @@ def test_every_replica_drained_answers_502_as_json_without_version(lb, drain):
             status, headers, body = lb.request("POST", "/v1/completions", COMPLETION)
             return (status, headers, body) if status == 502 else None
 
-        status, headers, body = wait_until(gone)
+        status, headers, body = wait_until(gone, what="a 502 with every replica drained")
         assert headers.get("Content-Type") == "application/json" and headers.get("Server") == "nginx", headers
         assert json.loads(body)["error"]["type"] == "server_error" and b"nginx/" not in body
     finally:

@@ -1,7 +1,8 @@
 """Issue 8: nginx runs sandboxed (roles/nginx_lb's drop-in on Debian's nginx.service) and still serves."""
 import re
 
-from conftest import COMPLETION_BODY, wait_until
+from conftest import COMPLETION_BODY
+from lab_testinfra import wait_until
 from lab_testinfra import exposure, main_pid_user
 
 # systemd-analyze's overall exposure (0 = fully sandboxed, 10 = none). Debian's unit alone: 9.6.
@@ -38,12 +39,12 @@ def test_hardening_off_switch_and_back(lb, lb_host, run_converge):
     assert rc == 0, out[-3000:]
     assert not lb_host.file(DROPIN).exists
     assert exposure(lb_host, "nginx") > NGINX_EXPOSURE_THRESHOLD
-    assert wait_until(lambda: lb.request("POST", "/v1/completions", COMPLETION_BODY)[0] == 200)
+    wait_until(lambda: lb.request("POST", "/v1/completions", COMPLETION_BODY)[0] == 200, what="a completion through nginx")
     rc, out = run_converge({})
     assert rc == 0, out[-3000:]
     assert lb_host.file(DROPIN).exists
     assert exposure(lb_host, "nginx") < NGINX_EXPOSURE_THRESHOLD
-    assert wait_until(lambda: lb.request("POST", "/v1/completions", COMPLETION_BODY)[0] == 200)
+    wait_until(lambda: lb.request("POST", "/v1/completions", COMPLETION_BODY)[0] == 200, what="a completion through nginx")
     # The sandboxed master still reloads (what nginx-lb-drain and every configuration change do).
     assert lb_host.run("systemctl reload nginx").rc == 0
-    assert wait_until(lambda: lb.request("POST", "/v1/completions", COMPLETION_BODY)[0] == 200)
+    wait_until(lambda: lb.request("POST", "/v1/completions", COMPLETION_BODY)[0] == 200, what="a completion through nginx")

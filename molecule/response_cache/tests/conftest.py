@@ -4,11 +4,10 @@ on the podman network this molecule run created."""
 import http.client
 import json
 import re
-import time
 import uuid
 
 import pytest
-from lab_testinfra import container_ip  # tests/lab, on the verifier's PYTHONPATH
+from lab_testinfra import container_ip, wait_until  # tests/lab, on the verifier's PYTHONPATH
 
 LB = "response-cache-lb1"
 HEAD = "response-cache-head1"
@@ -77,15 +76,6 @@ class Engine:
         return sum(float(m) for m in re.findall(pattern, data.decode(), re.M))
 
 
-def wait_until(check, timeout=60, interval=0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval)
-
-
 def unique_prompt(label):
     return f"{label} {uuid.uuid4().hex[:8]}"
 
@@ -118,7 +108,7 @@ def engine(gateway):
             return False
 
     # The engine loads while check, converge and idempotence run: a real completion proves it answers.
-    assert wait_until(ready, timeout=300, interval=3), "no completion through the gateway in 300 s"
+    wait_until(ready, timeout=300, interval=3, what="a completion through the gateway")
     return eng
 
 

@@ -3,8 +3,8 @@ The engine's own counter (vllm:request_success_total) says whether a request rea
 import json
 import time
 
-from conftest import (HEAD, MODEL, REDIS_PASSWORD, TENANT_A, TENANT_B, metric_value, unique_prompt,
-                      wait_until)
+from conftest import HEAD, MODEL, REDIS_PASSWORD, TENANT_A, TENANT_B, metric_value, unique_prompt
+from lab_testinfra import wait_until
 
 
 def test_repeated_deterministic_request_is_served_from_redis(gateway, engine, redis_cli):
@@ -129,7 +129,8 @@ def test_redis_down_requests_still_answered_uncached_and_logged(gateway, engine,
     finally:
         lb_host.check_output("systemctl start redis-server")
     # Back: once LiteLLM's circuit breaker closes (10 s in this scenario), repeats are hits again.
-    assert wait_until(lambda: lb_host.run(f"REDISCLI_AUTH={REDIS_PASSWORD} redis-cli ping").stdout.strip() == "PONG")
+    wait_until(lambda: lb_host.run(f"REDISCLI_AUTH={REDIS_PASSWORD} redis-cli ping").stdout.strip() == "PONG",
+               what="redis to answer PING")
 
     def repeat_is_a_hit():
         gateway.complete(prompt=prompt, temperature=0)
@@ -137,7 +138,7 @@ def test_redis_down_requests_still_answered_uncached_and_logged(gateway, engine,
         gateway.complete(prompt=prompt, temperature=0)
         return engine.requests_done() == before
 
-    assert wait_until(repeat_is_a_hit, timeout=60, interval=2)
+    wait_until(repeat_is_a_hit, timeout=60, interval=2, what="the repeated request to be a cache hit")
 
 
 def test_redis_is_a_bounded_cache_with_a_password_on_the_internal_address(redis_cli, lb_host, lab_host):

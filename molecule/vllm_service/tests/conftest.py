@@ -78,23 +78,6 @@ def ansible_env():
 
 
 @pytest.fixture(scope="session")
-def run_converge():
-    """Runs the scenario's converge playbook again with extra variables; returns (rc, output)."""
-    scenario = os.environ["MOLECULE_SCENARIO_DIRECTORY"]
-
-    def run(extra, limit=None, timeout=600):
-        cmd = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
-               os.path.join(scenario, "converge.yml"), "-e", json.dumps(extra)]
-        if limit:
-            cmd += ["--limit", limit]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, env=ansible_env())
-        # One line: the YAML result format wraps long messages wherever their length puts a break.
-        return res.returncode, " ".join((res.stdout + res.stderr).split())
-
-    return run
-
-
-@pytest.fixture(scope="session")
 def run_module():
     """Runs a collection module on a lab host (ad hoc, JSON callback); returns its result dict."""
 

@@ -104,7 +104,7 @@ def test_100_concurrent_requests_all_succeed_and_spread_evenly(run_module, heads
 
 def test_unknown_flag_is_refused_and_the_running_engine_untouched(lab_host, heads, run_converge):
     before = {n: (main_pid(lab_host(n)), lab_host(n).file("/etc/vllm/config.yaml").sha256sum) for n in HEADS}
-    rc, out = run_converge({"vllm_service_extra_args": {"enforce_eager": True, "no_such_flag": 1}})
+    rc, out = run_converge({"vllm_service_extra_args": {"enforce_eager": True, "no_such_flag": 1}}, one_line=True)
     assert rc != 0
     assert "unrecognized arguments: --no-such-flag" in out and "left untouched" in out, out[-4000:]
     for n in HEADS:
@@ -115,9 +115,9 @@ def test_unknown_flag_is_refused_and_the_running_engine_untouched(lab_host, head
 def test_seed_fields_are_refused_with_the_real_field_named(run_converge):
     seed_speculative = {"method": "dspark", "num_speculative_tokens": 5,
                         "speculative_ratio": 4, "verify_schedule": "smart"}
-    rc, out = run_converge({"vllm_service_speculative": seed_speculative})
+    rc, out = run_converge({"vllm_service_speculative": seed_speculative}, one_line=True)
     assert rc != 0 and "num_speculative_tokens" in out and "enable_adaptive_verification" in out, out[-3000:]
-    rc, out = run_converge({"vllm_service_extra_args": {"metrics_port": 8001}})
+    rc, out = run_converge({"vllm_service_extra_args": {"metrics_port": 8001}}, one_line=True)
     assert rc != 0 and "no --metrics-port" in out and "/metrics" in out, out[-3000:]
 
 
@@ -127,7 +127,7 @@ def test_a_config_that_fails_at_start_is_rolled_back(lab_host, heads, run_conver
     before = h.file("/etc/vllm/config.yaml").sha256sum
     # Valid for the parser, refused by the engine at start (the tiny model's context is 2048).
     rc, out = run_converge({"vllm_service_scheduler": {"max_model_len": 100000}, "vllm_service_ready_timeout": 60,
-                            "vllm_service_recover_timeout": 420}, limit=name, timeout=1200)
+                            "vllm_service_recover_timeout": 420}, limit=name, timeout=1200, one_line=True)
     assert rc != 0, out[-4000:]
     assert "restored and restarted and serves again" in out, out[-4000:]
     assert "max_model_len" in out, out[-4000:]
