@@ -16,6 +16,7 @@ the balancer address must be loopback or inside one of this machine's podman net
 
   make bench-cluster                      # both parts (the Makefile target brings the lab up)
   python3 benchmarks/cluster_bench.py --skip-converge
+  python3 benchmarks/cluster_bench.py --skip-converge --phases restart,change   # shorter
 """
 import argparse
 import json
@@ -88,18 +89,20 @@ def rolling_part(args, log):
         ["ansible-inventory", "-i", INVENTORY, "--host", "dgx1"], cwd=REPO, capture_output=True, text=True,
         check=True).stdout).get("vllm_service_engine", {})
     changed_engine = dict(base, max_num_seqs=max(1, int(base.get("max_num_seqs", 64)) // 2))
-    phases = [
-        ("rolling restart", ["-e", "upgrade_layer=restart"]),
-        ("engine config change", ["-e", "upgrade_layer=vllm_service",
-                                  "-e", json.dumps({"vllm_service_engine": changed_engine})]),
-        ("engine config back", ["-e", "upgrade_layer=vllm_service"]),
-    ]
+    phases = {
+        "restart": ("rolling restart", ["-e", "upgrade_layer=restart"]),
+        "change": ("engine config change", ["-e", "upgrade_layer=vllm_service",
+                                            "-e", json.dumps({"vllm_service_engine": changed_engine})]),
+        "back": ("engine config back", ["-e", "upgrade_layer=vllm_service"]),
+    }
+    phases = [phases[name] for name in args.phases]
+    limit = ["--limit", args.limit] if args.limit else []
     load = Load(url, key, args.model, args.concurrency, args.max_tokens, args.cap, pause=args.pause)
     table, problems = [], []
     for label, extra in phases:
         load.start()
         time.sleep(2)
-        seconds, dummy, failed, out = playbook("upgrade.yml", *extra, log=log)
+        seconds, dummy, failed, out = playbook("upgrade.yml", *extra, *limit, log=log)
         time.sleep(2)
         results = load.take()
         bad = [r for r in results if not r["ok"]]
@@ -121,6 +124,17 @@ def rolling_part(args, log):
     return problems
 
 
+PHASES = ("restart", "change", "back")
+
+
+def phase_list(text):
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    wrong = [n for n in names if n not in PHASES]
+    if wrong or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of {', '.join(PHASES)}")
+    return names
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     p.add_argument("--skip-converge", action="store_true", help="only the rolling part")
@@ -133,6 +147,11 @@ def main():
     p.add_argument("--cap", type=int, default=20000, help="most requests per phase")
     p.add_argument("--pause", type=float, default=0.3,
                    help="seconds each client waits between requests (stays under the edge's rate limit)")
+    p.add_argument("--phases", default="restart,change,back", type=phase_list,
+                   help="rolling phases, in order, from restart,change,back (default: all three)")
+    p.add_argument("--limit", default="",
+                   help="upgrade only these replicas (an ansible --limit, e.g. dgx1,dgx2); the load "
+                        "still goes through the balancer to every replica")
     p.add_argument("--log", default=os.path.join(REPO, "reports", "cluster_bench.log"))
     args = p.parse_args()
     os.makedirs(os.path.dirname(args.log), exist_ok=True)

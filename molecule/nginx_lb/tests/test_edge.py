@@ -227,3 +227,23 @@ def wait_for_log_growth(host, log, lines, timeout=5):
             return True
         time.sleep(0.2)
     return False
+
+
+def test_a_long_key_is_served_and_its_hash_bucket_sized_for_it(lb, lb_host, run_converge):
+    # 200 characters: nginx's default map hash bucket (64 bytes) holds keys of 39 at most, and a
+    # longer one failed `nginx -t` ("could not build map_hash"). The bucket is now sized from the keys.
+    long_key = "sk-" + "A1b2c3d4e5" * 19 + "f6g7h8i"
+    keys_conf = "/etc/nginx/llmops/llmops-vllm-keys.conf"
+    try:
+        rc, out = run_converge({"nginx_lb_api_keys": [EDGE_KEY, KEY2, long_key]})
+        assert rc == 0, out[-3000:]
+        assert long_key not in out, "a key is in the Ansible output"
+        assert re.search(r"^map_hash_bucket_size 256;$", lb_host.file(keys_conf).content_string, re.M)
+        assert lb.request("POST", "/v1/completions", COMPLETION, key=long_key)[0] == 200
+        assert lb.request("POST", "/v1/completions", COMPLETION, key=long_key[:-1])[0] == 401
+        assert lb.request("POST", "/v1/completions", COMPLETION)[0] == 200  # the other keys still work
+    finally:
+        rc, out = run_converge({})
+        assert rc == 0, out[-3000:]
+    assert re.search(r"^map_hash_bucket_size 64;$", lb_host.file(keys_conf).content_string, re.M)
+    assert lb.request("POST", "/v1/completions", COMPLETION, key=long_key)[0] == 401

@@ -1,6 +1,6 @@
-"""The cluster_faults scenario's verify: the whole site on the lab, then faults under load (issue 8).
+"""The cluster scenario's verify: validate.yml on the whole site, then faults under load (issues 6, 8).
 
-Load goes only to the scenario's balancer (faults-lb1, on the podman network this molecule run
+Load goes only to the scenario's balancer (cluster-lb1, on the podman network this molecule run
 created); the replicas are reached through it. Every fault test adds a row to the fault table that
 is printed at the end of the run (and written to reports/faults-latest.md):
 fault, requests sent, failed, time to recover.
@@ -13,8 +13,8 @@ import yaml
 from lab_load import Load  # tests/lab, on the verifier's PYTHONPATH
 from lab_testinfra import container_ip
 
-LB = "faults-lb1"
-HEADS = ("faults-dgx1", "faults-dgx2")
+LB = "cluster-lb1"
+HEADS = ("cluster-dgx1", "cluster-dgx2")
 MODEL = "tiny-llama"
 REPO = os.environ.get("MOLECULE_PROJECT_DIRECTORY") or os.path.abspath(
     os.path.join(os.path.dirname(__file__), "..", "..", ".."))
@@ -38,13 +38,13 @@ def pytest_terminal_summary(terminalreporter):
     for fault, sent, failed, recover, checked in FAULTS:
         rec = recover if isinstance(recover, str) else f"{recover:.1f} s"
         lines.append(f"{fault:44} {sent:6d} {failed:7d} {rec:>13}  {checked}")
-    terminalreporter.write_sep("=", "faults under load (cluster_faults scenario)")
+    terminalreporter.write_sep("=", "faults under load (cluster scenario)")
     for line in lines:
         terminalreporter.write_line(line)
     try:
         os.makedirs(os.path.join(REPO, "reports"), exist_ok=True)
         with open(os.path.join(REPO, "reports", "faults-latest.md"), "w", encoding="utf-8") as fh:
-            fh.write("# Faults under load (molecule/cluster_faults)\n\n```\n" + "\n".join(lines) + "\n```\n")
+            fh.write("# Faults under load (molecule/cluster)\n\n```\n" + "\n".join(lines) + "\n```\n")
     except OSError:
         pass
 
