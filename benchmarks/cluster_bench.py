@@ -96,13 +96,12 @@ def rolling_part(args, log):
         "back": ("engine config back", ["-e", "upgrade_layer=vllm_service"]),
     }
     phases = [phases[name] for name in args.phases]
-    limit = ["--limit", args.limit] if args.limit else []
     load = Load(url, key, args.model, args.concurrency, args.max_tokens, args.cap, pause=args.pause)
     table, problems = [], []
     for label, extra in phases:
         load.start()
         time.sleep(2)
-        seconds, dummy, failed, out = playbook("upgrade.yml", *extra, *limit, log=log)
+        seconds, dummy, failed, out = playbook("upgrade.yml", *extra, log=log)
         time.sleep(2)
         results = load.take()
         bad = [r for r in results if not r["ok"]]
@@ -149,9 +148,6 @@ def main():
                    help="seconds each client waits between requests (stays under the edge's rate limit)")
     p.add_argument("--phases", default="restart,change,back", type=phase_list,
                    help="rolling phases, in order, from restart,change,back (default: all three)")
-    p.add_argument("--limit", default="",
-                   help="upgrade only these replicas (an ansible --limit, e.g. dgx1,dgx2); the load "
-                        "still goes through the balancer to every replica")
     p.add_argument("--log", default=os.path.join(REPO, "reports", "cluster_bench.log"))
     args = p.parse_args()
     os.makedirs(os.path.dirname(args.log), exist_ok=True)
