@@ -82,11 +82,19 @@ def test_edge_hides_the_replicas_internals(lb):
 
 def test_stream_first_token_arrives_through_nginx_before_the_end(lb):
     # A buffering proxy would deliver the first token together with the last (first == end within
-    # milliseconds); streamed, the first arrives while hundreds of tokens are still to come.
-    status, headers, first, end, chunks = lb.stream(max_tokens=384)
-    assert status == 200 and headers.get("X-Upstream")
-    assert len("".join(chunks)) > 0 and len(chunks) >= 96, len(chunks)
-    assert first is not None and first < 0.8 * end and end - first > 0.2, (first, end)
+    # milliseconds); streamed, the first arrives while hundreds of tokens are still to come. A CPU
+    # engine starved by a busy machine can also send a whole stream in one burst (its API server
+    # catches up at once), so up to 3 streams are tried: a buffering proxy fails all of them.
+    seen = []
+    for _attempt in range(3):
+        status, headers, first, end, chunks = lb.stream(max_tokens=384)
+        assert status == 200 and headers.get("X-Upstream")
+        assert len("".join(chunks)) > 0 and len(chunks) >= 96, len(chunks)
+        seen.append((first, end))
+        if first is not None and first < 0.8 * end and end - first > 0.2:
+            break
+    else:
+        raise AssertionError(f"every stream arrived in one burst (first token, end; seconds): {seen}")
 
 
 def test_100_concurrent_requests_all_succeed_and_spread_evenly(run_module, heads):
