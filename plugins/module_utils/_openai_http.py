@@ -211,7 +211,8 @@ def completion(base_url, api, model, prompt, max_tokens=16, stream=True, headers
                validate_certs=True, ca_path=None, upstream_header=None, extra_body=None):
     """Send one completion and measure it.
 
-    Returns a dict: ok, status, error, ttft (seconds to the first generated text, streaming only),
+    Returns a dict: ok, status, error, ttft (seconds to the first generated text, or to the finish of
+    a completion without text; streaming only),
     latency (seconds to the last byte), output_tokens (from usage when the server sends it, else the
     number of streamed text chunks), prompt_tokens, text, finish_reason, usage, upstream (value of
     upstream_header), body (truncated, on failure), tokens_per_second, decode_tokens_per_second.
@@ -307,13 +308,16 @@ def completion(base_url, api, model, prompt, max_tokens=16, stream=True, headers
                 result['usage'] = chunk['usage']
             for choice in chunk.get('choices') or []:
                 piece = _choice_text(api, choice)
+                finish = choice.get('finish_reason') if isinstance(choice, dict) else None
+                # The first generated output: text, or the end of a completion that has none (the
+                # model's first token was its end-of-sequence token, or tokens that decode to nothing).
+                if (piece or finish) and result['ttft'] is None:
+                    result['ttft'] = round(time.monotonic() - start, 4)
                 if piece:
-                    if result['ttft'] is None:
-                        result['ttft'] = round(time.monotonic() - start, 4)
                     result['chunks'] += 1
                     texts.append(piece)
-                if isinstance(choice, dict) and choice.get('finish_reason'):
-                    result['finish_reason'] = choice['finish_reason']
+                if finish:
+                    result['finish_reason'] = finish
     except Exception as exc:  # pylint: disable=broad-except
         result['error'] = 'stream broken: %s' % _error_text(exc)
     finally:

@@ -144,7 +144,7 @@ stages:
     models: {status: 200, seconds: 0.004}
     completion: {status: 200, seconds: 0.21}
 ttft:
-  description: Seconds to the first generated text (streaming only).
+  description: Seconds to the first generated text, or to the finish of a completion that has no text (streaming only).
   returned: success
   type: float
 latency:

@@ -180,7 +180,9 @@ latency:
   returned: success
   type: dict
 ttft:
-  description: Time to first token of the successful requests (streaming), same keys as RV(latency).
+  description: >-
+    Time to first token of the successful requests (streaming; for a completion without text, the time to its
+    finish), same keys as RV(latency).
   returned: success
   type: dict
 output_tokens_total:
