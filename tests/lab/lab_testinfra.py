@@ -112,10 +112,10 @@ def run_play(tmp_path_factory):
     """
     workdir = tmp_path_factory.mktemp("plays")
 
-    def run(playbook, **kwargs):
+    def run(playbook, extra_vars=None, limit=None, check=False, args=(), timeout=900):
         path = workdir / ("play%d.yml" % len(list(workdir.iterdir())))
         path.write_text(playbook, encoding="utf-8")
-        return _playbook(path, **kwargs)
+        return _playbook(path, extra_vars=extra_vars, limit=limit, check=check, args=args, timeout=timeout)
 
     return run
 
