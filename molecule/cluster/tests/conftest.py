@@ -30,6 +30,17 @@ EDGE_KEY, VLLM_KEY = lab_keys()
 FAULTS = []  # (fault, sent, failed, time to recover or "-", what was checked)
 
 
+def pytest_collection_modifyitems(config, items):
+    """CI runs test_1_validate only; the faults, the rolling change and the secrets search (about
+    20 min more on 2 cores) run with LLMOPS_CLUSTER_FAULTS=1: `make molecule-faults`."""
+    if os.environ.get("LLMOPS_CLUSTER_FAULTS") == "1":
+        return
+    skip = pytest.mark.skip(reason="faults, rolling change, secrets: LLMOPS_CLUSTER_FAULTS=1 (make molecule-faults)")
+    for item in items:
+        if not os.path.basename(str(item.fspath)).startswith("test_1_"):
+            item.add_marker(skip)
+
+
 def pytest_terminal_summary(terminalreporter):
     if not FAULTS:
         return
