@@ -55,8 +55,15 @@ def failures(results):
     return [r for r in results if not r["ok"]]
 
 
-def describe(bad):
-    return sorted({str(r.get("error") or r.get("status")) for r in bad})
+def describe(bad, limit=8):
+    """Each failed request: its status or error, the upstream nginx tried, and when (monotonic s);
+    then the balancer's error log, which names the cause of a 502 or 504."""
+    rows = [f"{r.get('error') or r.get('status')} via {r.get('upstream') or '-'} "
+            f"start {r['start']:.1f} end {(r.get('end') or 0):.1f}" for r in bad[:limit]]
+    if bad:
+        log = podman("exec", LB, "tail", "-n", "20", "/var/log/nginx/error.log", check=False)
+        rows.append("nginx error.log on %s (last 20 lines): %s" % (LB, (log.stdout or log.stderr).strip()))
+    return "%d failed: %s" % (len(bad), " | ".join(rows))
 
 
 def test_balancer_reloaded_and_a_replica_drained_under_load(lab_host, load, head_ip):
@@ -130,6 +137,7 @@ def test_bad_network_config_refused_before_apply_connectivity_kept(run_play, lab
     started(lo, head_ip[name])
     t0 = time.monotonic()
     res = run_play(NETWORK_PLAY % (name, head_ip[name]))
+    t1 = time.monotonic()
     # The replica must go on serving through the balancer after the refusal.
     wait_until(lambda: any(r["ok"] and served_by(r, head_ip[name]) and r["start"] > t0 for r in lo.snapshot()),
                60, what=f"{name} serving after the refused network change")
@@ -139,7 +147,7 @@ def test_bad_network_config_refused_before_apply_connectivity_kept(run_play, lab
     # No netplan file written or changed (the role may have installed netplan to validate with it)
     # and eth0's addresses as they were.
     assert (h.check_output(netplan_files), h.check_output("ip -4 -o addr show dev eth0")) == before
-    assert not bad, describe(bad)
+    assert not bad, f"the play ran from {t0:.1f} to {t1:.1f}; " + describe(bad)
 
 
 def test_engine_killed_under_load_restarts_and_rejoins(lab_host, load, head_ip):
