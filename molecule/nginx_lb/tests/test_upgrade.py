@@ -54,3 +54,39 @@ def test_rolling_restart_drains_each_replica_and_loses_no_request(lb, lab_host, 
     failed = [r for r in results if r[1] != 200]
     assert len(results) > 20 and not failed, (len(results), failed[:5])
     assert {r[2] for r in results} == set(backend_ips), "both replicas should have served during the run"
+
+
+def upgrade(*args):
+    proc = subprocess.run(
+        ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
+         os.path.join(os.environ["MOLECULE_PROJECT_DIRECTORY"], "playbooks", "upgrade.yml"),
+         "-e", "upgrade_layer=restart", *args],
+        capture_output=True, text=True, timeout=900, check=False)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_upgrade_changes_only_the_chosen_replicas_and_refuses_limit(lab_host, drain):
+    heads = {name: lab_host(name) for name in ("nginx-lb-head1", "nginx-lb-head2")}
+
+    def started():
+        return {n: h.check_output("systemctl show -p ActiveEnterTimestampMonotonic --value standin-backend")
+                for n, h in heads.items()}
+
+    before = started()
+    # Refused before any replica is drained: an unknown replica, and --limit (the plan needs the
+    # whole inventory; upgrade_replicas is the way to choose).
+    rc, out = upgrade("-e", "upgrade_replicas=r1,r9")
+    assert rc != 0 and "upgrade_replicas must name replicas of this inventory" in out and "unknown: r9" in out, out[-3000:]
+    rc, out = upgrade("--limit", "nginx-lb-head1")
+    assert rc != 0 and "upgrade.yml does not take --limit" in out and "upgrade_replicas" in out, out[-3000:]
+    assert started() == before, "a refused upgrade must not restart anything"
+    assert all(line.split()[2] == "serving" for line in drain("status").stdout.splitlines())
+    # Only r2 (nginx-lb-head2) is drained, restarted and put back.
+    rc, out = upgrade("-e", "upgrade_replicas=r2")
+    assert rc == 0, out[-4000:]
+    assert "upgrade: replica r2 changed and back in the balancer" in out, out[-4000:]
+    assert "replica r1" not in out, out[-4000:]
+    after = started()
+    assert after["nginx-lb-head1"] == before["nginx-lb-head1"]
+    assert after["nginx-lb-head2"] != before["nginx-lb-head2"]
+    assert all(line.split()[2] == "serving" for line in drain("status").stdout.splitlines())
