@@ -132,8 +132,9 @@ molecule-all:
 	$(MAKE) --no-print-directory molecule SCENARIOS="$(ALL_SCENARIOS)"
 
 # Issue 6's cluster benchmark and zero-failure rolling-upgrade test (long: not part of `make test`).
+# BENCH_ARGS: e.g. --phases restart,change (benchmarks/cluster_bench.py --help).
 bench-cluster: collection lab-vllm lab-up
-	python3 benchmarks/cluster_bench.py
+	python3 benchmarks/cluster_bench.py $(BENCH_ARGS)
 
 clean: lab-down
 	rm -rf build .cache/collections
