@@ -107,17 +107,25 @@ def rolling_part(args, log):
         bad = [r for r in results if not r["ok"]]
         lat = [r["latency"] for r in results if r["ok"]]
         replicas = REPLICA_DONE.findall(out)
+        # Complete streams (200, tokens generated, [DONE]) whose tokens decoded to no text: the tiny
+        # lab model can sample special or partial-byte tokens. Counted as served, and shown.
+        no_text = sum(1 for r in results if r["ok"] and not r.get("text_chunks"))
         table.append((label, seconds, len(results), len(bad), pct(lat, 0.5), pct(lat, 0.99), replicas,
-                      sorted({str(r.get("error") or r.get("status")) for r in bad})))
+                      sorted({str(r.get("error") or r.get("status")) for r in bad}), no_text))
+        for r in bad:
+            print(f"[cluster_bench] {label}: failed request at +{r['start'] - load.t_start:.1f} s "
+                  f"({r['end'] - r['start']:.2f} s): status {r.get('status')}, {r.get('error')}, "
+                  f"upstream {r.get('upstream')}", flush=True)
         if failed:
             problems.append(f"{label}: upgrade.yml failed")
         if bad:
             problems.append(f"{label}: {len(bad)} of {len(results)} requests failed")
     print(f"\n=== rolling upgrades under load (concurrency {args.concurrency}, max_tokens {args.max_tokens})")
-    print(f"{'phase':22} {'seconds':>8} {'sent':>6} {'failed':>7} {'p50 s':>7} {'p99 s':>7}  time per replica")
-    for label, seconds, sent, failed, p50, p99, replicas, errors in table:
+    print(f"{'phase':22} {'seconds':>8} {'sent':>6} {'failed':>7} {'p50 s':>7} {'p99 s':>7} {'no text':>8}"
+          "  time per replica")
+    for label, seconds, sent, failed, p50, p99, replicas, errors, no_text in table:
         per = ", ".join(f"{r} {float(s):.1f}s" for r, s in replicas) or "-"
-        print(f"{label:22} {seconds:8.1f} {sent:6d} {failed:7d} {p50:7.2f} {p99:7.2f}  {per}")
+        print(f"{label:22} {seconds:8.1f} {sent:6d} {failed:7d} {p50:7.2f} {p99:7.2f} {no_text:8d}  {per}")
         if errors:
             print(f"{'':22} errors: {errors}")
     return problems

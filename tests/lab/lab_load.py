@@ -1,6 +1,7 @@
 """Load against the lab, shared by the benchmarks (benchmarks/) and the lab's fault tests.
 
-  one_request()        one streamed /v1/completions request: status, TTFT, latency, upstream, times
+  one_request()        one streamed /v1/completions request (the collection's own client): status,
+                       TTFT, latency, upstream, times
   Load                 constant load: N workers, each sending one request after another, bounded by
                        a request cap; start() / take() around whatever is measured
   lab_networks(), check_lab_target(url)
@@ -8,15 +9,20 @@
                        podman networks (the lab); anything else is refused before a request is sent
   pct(values, q)       a percentile (linear interpolation)
 """
-import http.client
 import ipaddress
 import json
+import os
 import socket
 import subprocess
 import sys
 import threading
 import time
 from urllib.parse import urlsplit
+
+# The collection's HTTP client (needs ansible-core, as every lab test and benchmark has in .venv).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "plugins", "module_utils"))
+import _openai_http  # noqa: E402  pylint: disable=wrong-import-position
 
 PROMPTS = [
     "Write one sentence about the sea.",
@@ -55,50 +61,28 @@ def check_lab_target(url, nets=None):
 
 
 def one_request(url, key, model, prompt, max_tokens, header="X-Upstream", timeout=120):
-    """One streamed completion. Returns a dict: ok, status, ttft, latency, tokens, upstream, start, end,
-    error (on a transport error)."""
+    """One streamed /v1/completions request, sent and judged by the collection's own client
+    (plugins/module_utils/_openai_http.completion, the one openai_endpoint and openai_load use).
+
+    Success is a complete stream: HTTP 200, at least one generated token (usage) and the closing
+    `data: [DONE]`. A stream cut before [DONE] fails even when text had arrived; a complete stream
+    whose tokens decode to no text (the tiny lab model can emit special tokens) succeeds, its TTFT
+    taken at its first finish event.
+
+    Returns a dict: ok, status, ttft, latency, tokens, upstream, start, end, error, finish_reason,
+    text_chunks (streamed chunks that carried text)."""
     parts = urlsplit(url)
-    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    kwargs = {}
-    if parts.scheme == "https":
-        import ssl
-        ctx = ssl.create_default_context()
-        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-        kwargs["context"] = ctx
-    conn = conn_cls(parts.hostname, parts.port, timeout=timeout, **kwargs)
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
-                       "ignore_eos": True, "stream_options": {"include_usage": True}})
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = "Bearer " + key
     t0 = time.monotonic()
-    result = {"ok": False, "ttft": None, "latency": None, "tokens": 0, "upstream": None, "status": None,
-              "start": t0, "end": None}
-    try:
-        conn.request("POST", (parts.path.rstrip("/") or "") + "/v1/completions", body=body, headers=headers)
-        resp = conn.getresponse()
-        result["status"] = resp.status
-        result["upstream"] = resp.getheader(header) if header else None
-        while True:
-            line = resp.readline()  # decodes the chunked framing (fp.readline would not)
-            if not line or line.strip() == b"data: [DONE]":
-                break
-            if not line.startswith(b"data: "):
-                continue
-            event = json.loads(line[6:])
-            if event.get("choices") and event["choices"][0].get("text") and result["ttft"] is None:
-                result["ttft"] = time.monotonic() - t0
-            if event.get("usage"):
-                result["tokens"] = event["usage"].get("completion_tokens", 0)
-        result["latency"] = time.monotonic() - t0
-        result["ok"] = resp.status == 200 and result["ttft"] is not None
-        if not result["ok"] and "error" not in result:
-            result["error"] = f"HTTP {resp.status}" if resp.status != 200 else "stream ended without text"
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        result["error"] = f"{type(exc).__name__}: {exc}"
-    finally:
-        conn.close()
-        result["end"] = time.monotonic()
+    res = _openai_http.completion(
+        "%s://%s" % (parts.scheme, parts.netloc) + parts.path.rstrip("/"), "completion", model, prompt,
+        max_tokens=max_tokens, stream=True, timeout=timeout, validate_certs=False,
+        headers={"Authorization": "Bearer " + key} if key else None, upstream_header=header,
+        extra_body={"ignore_eos": True})
+    result = {"ok": res["ok"], "status": res["status"], "ttft": res["ttft"], "latency": res["latency"],
+              "tokens": res["output_tokens"], "upstream": res["upstream"], "start": t0, "end": time.monotonic(),
+              "error": res["error"], "finish_reason": res["finish_reason"], "text_chunks": res["chunks"]}
+    if not result["ok"] and res.get("body"):
+        result["error"] = "%s: %s" % (result["error"], res["body"][:200])
     return result
 
 
