@@ -64,8 +64,8 @@ def one_request(url, key, model, prompt, max_tokens, header="X-Upstream", timeou
     """One streamed /v1/completions request, sent and judged by the collection's own client
     (plugins/module_utils/_openai_http.completion, the one openai_endpoint and openai_load use).
 
-    Success is a complete stream: HTTP 200, at least one generated token (usage) and the closing
-    `data: [DONE]`. A stream cut before [DONE] fails even when text had arrived; a complete stream
+    Success is a complete stream: HTTP 200, exactly max_tokens generated tokens (usage; the request
+    sets ignore_eos) and the closing `data: [DONE]`. A stream cut before [DONE] fails even when text had arrived; a complete stream
     whose tokens decode to no text (the tiny lab model can emit special tokens) succeeds, its TTFT
     taken at its first finish event.
 
@@ -81,6 +81,12 @@ def one_request(url, key, model, prompt, max_tokens, header="X-Upstream", timeou
     result = {"ok": res["ok"], "status": res["status"], "ttft": res["ttft"], "latency": res["latency"],
               "tokens": res["output_tokens"], "upstream": res["upstream"], "start": t0, "end": time.monotonic(),
               "error": res["error"], "finish_reason": res["finish_reason"], "text_chunks": res["chunks"]}
+    # ignore_eos: a served request generates exactly max_tokens tokens. Fewer (an engine that
+    # aborted it while stopping, finish_reason "abort") is a lost request, whatever the status.
+    if result["ok"] and result["tokens"] != max_tokens:
+        result["ok"] = False
+        result["error"] = "generated %s of %s tokens (finish_reason %s)" % (
+            result["tokens"], max_tokens, result["finish_reason"])
     if not result["ok"] and res.get("body"):
         result["error"] = "%s: %s" % (result["error"], res["body"][:200])
     return result
