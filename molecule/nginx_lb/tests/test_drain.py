@@ -3,6 +3,8 @@ vllm_service_replica, r1 and r2 here) taken out of the upstream and put back by 
 state that a converge keeps, idempotent output, a failed nginx -t restoring the file."""
 import json
 import re
+import threading
+import time
 
 from conftest import CONF, STATE, upstream_of
 from lab_testinfra import wait_until
@@ -86,6 +88,33 @@ def test_drain_and_undrain_by_reload_idempotent(lb, lb_host, drain, master_pid, 
         assert master_pid() == pid, "nginx was restarted, not reloaded"
     finally:
         drain("undrain", "r2")
+
+
+def test_a_drain_returns_once_the_requests_in_flight_have_finished(lb, drain):
+    """upgrade.yml restarts an engine as soon as the drain returns: by then no request routed by the
+    configuration before the reload may still be running (the old workers finish theirs, then exit).
+    The stand-in streams for 2 s (5 chunks, 0.4 s apart); the drain starts 0.5 s into it."""
+    out = {}
+
+    def stream():
+        out["status"], dummy, dummy, dummy, out["events"] = lb.stream("/v1/completions", COMPLETION)
+        out["end"] = time.monotonic()
+
+    try:
+        worker = threading.Thread(target=stream)
+        worker.start()
+        time.sleep(0.5)
+        res = drain("drain", "r1")
+        returned = time.monotonic()
+        worker.join(30)
+        assert res.rc == 0 and res.stdout.startswith("changed: replica r1 drained"), (res.stdout, res.stderr)
+        assert "the previous workers finished their requests in" in res.stdout, res.stdout
+        # The stream was not cut, and the drain did not return before it had ended.
+        assert out["status"] == 200 and out["events"][-1] == b"[DONE]", out
+        assert returned >= out["end"] - 0.3, "the drain returned %.2f s before the stream in flight ended" % (
+            out["end"] - returned)
+    finally:
+        drain("undrain", "r1")
 
 
 def test_a_converge_keeps_a_drained_replica_drained(lb, lb_host, drain, run_converge, backend_ips):
