@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Source this from the repository root to use the project's toolchain by hand:
 #   make venv collection && . tests/env.sh
 _root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

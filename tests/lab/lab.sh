@@ -19,7 +19,6 @@
 # connection a task costs a fraction of what a podman exec connection costs (docs/upgrades.md).
 set -euo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LAB_SUITE=${LAB_SUITE:-bookworm}
 LAB_NETWORK=${LAB_NETWORK:-llmops-lab}
 LAB_SUBNET=${LAB_SUBNET:-10.89.40.0/24}
