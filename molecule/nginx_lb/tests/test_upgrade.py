@@ -3,6 +3,7 @@
 nginx-lb-drain, restarts it, gates on a completion and puts it back, while a client keeps sending
 requests through the balancer: none of them may fail."""
 import os
+import re
 import subprocess
 import threading
 import time
@@ -85,6 +86,9 @@ def test_upgrade_changes_only_the_chosen_replicas_and_refuses_limit(lab_host, dr
     rc, out = upgrade("-e", "upgrade_replicas=r2")
     assert rc == 0, out[-4000:]
     assert "upgrade: replica r2 changed and back in the balancer" in out, out[-4000:]
+    # The drain returned once the balancer's workers from before its reload had finished.
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", out)  # the callback may colour each folded line
+    assert re.search(r"previous\s+workers:\s+nginx-lb-lb1\s+\d+s\)", plain), out[-4000:]
     assert "replica r1" not in out, out[-4000:]
     after = started()
     assert after["nginx-lb-head1"] == before["nginx-lb-head1"]
