@@ -65,16 +65,15 @@ def one_request(url, key, model, prompt, max_tokens, header="X-Upstream", timeou
     (plugins/module_utils/_openai_http.completion, the one openai_endpoint and openai_load use).
 
     Success is a complete stream: HTTP 200, exactly max_tokens generated tokens (usage; the request
-    sets ignore_eos) and the closing `data: [DONE]`. A stream cut before [DONE] fails even when text had arrived; a complete stream
-    whose tokens decode to no text (the tiny lab model can emit special tokens) succeeds, its TTFT
+    sets ignore_eos) and the closing `data: [DONE]`. A stream cut before [DONE] fails even when
+    text had arrived; a complete stream whose tokens decode to no text (the tiny lab model can emit special tokens) succeeds, its TTFT
     taken at its first finish event.
 
     Returns a dict: ok, status, ttft, latency, tokens, upstream, start, end, error, finish_reason,
     text_chunks (streamed chunks that carried text)."""
-    parts = urlsplit(url)
     t0 = time.monotonic()
     res = _openai_http.completion(
-        "%s://%s" % (parts.scheme, parts.netloc) + parts.path.rstrip("/"), "completion", model, prompt,
+        url.rstrip("/"), "completion", model, prompt,
         max_tokens=max_tokens, stream=True, timeout=timeout, validate_certs=False,
         headers={"Authorization": "Bearer " + key} if key else None, upstream_header=header,
         extra_body={"ignore_eos": True})
