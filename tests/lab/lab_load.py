@@ -66,8 +66,8 @@ def one_request(url, key, model, prompt, max_tokens, header="X-Upstream", timeou
 
     Success is a complete stream: HTTP 200, exactly max_tokens generated tokens (usage; the request
     sets ignore_eos) and the closing `data: [DONE]`. A stream cut before [DONE] fails even when
-    text had arrived; a complete stream whose tokens decode to no text (the tiny lab model can emit special tokens) succeeds, its TTFT
-    taken at its first finish event.
+    text had arrived. A complete stream whose tokens decode to no text (special tokens) succeeds,
+    its TTFT taken at its first finish event.
 
     Returns a dict: ok, status, ttft, latency, tokens, upstream, start, end, error, finish_reason,
     text_chunks (streamed chunks that carried text)."""
