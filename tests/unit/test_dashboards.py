@@ -154,7 +154,9 @@ def test_the_data_source_is_a_dashboard_input_not_a_fixed_uid(name, dash):
 
 def test_dashboards_use_the_provisioned_data_source():
     with open(os.path.join(ROLE, "templates", "grafana-datasource.yml.j2"), encoding="utf-8") as fh:
-        provisioned = yaml.safe_load("\n".join(line for line in fh.read().splitlines() if "{{" not in line))
+        # The template's constant lines (Jinja lines and values dropped) are YAML of their own.
+        provisioned = yaml.safe_load("\n".join(line for line in fh.read().splitlines()
+                                               if "{{" not in line and "{%" not in line))
     # The dashboards' data source variable takes the organisation's default Prometheus: the role's
     # provisioned data source is that default (one Prometheus data source, marked default).
     sources = provisioned["datasources"]
