@@ -171,10 +171,16 @@ text:
   description: The generated text.
   returned: success
   type: str
+role:
+  description: Author role of the chat answer's message (V(assistant) from a conforming server); null for O(api=completion).
+  returned: success
+  type: str
+  sample: assistant
 finish_reason:
   description: Why generation stopped.
   returned: success
   type: str
+  sample: length
 failed_stage:
   description: Stage of the last failure (V(health), V(models), V(completion)).
   returned: failure
@@ -348,7 +354,7 @@ def main():
         ready=True, model=state['model'], ttft=result['ttft'], latency=result['latency'],
         output_tokens=result['output_tokens'], tokens_per_second=result['tokens_per_second'],
         decode_tokens_per_second=result['decode_tokens_per_second'], usage=result['usage'],
-        text=result['text'], finish_reason=result['finish_reason'], **common)
+        text=result['text'], role=result['role'], finish_reason=result['finish_reason'], **common)
 
 
 if __name__ == '__main__':
