@@ -48,3 +48,20 @@ def test_the_variable_reference_holds_no_raw_markup():
     import re
     raw = re.findall(r"(?<![A-Za-z0-9_])(?:C|V|O|I|B|U|L|M|RV|E)\([^)]*\)", text)
     assert not raw, raw[:10]
+
+
+def test_every_relative_link_in_the_docs_resolves():
+    import re
+    broken = []
+    for md in [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md")):
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", md.read_text()):
+            if not re.match(r"^[a-z]+://", target) and not (md.parent / target).exists():
+                broken.append("%s -> %s" % (md.relative_to(ROOT), target))
+    assert not broken, broken
+
+
+def test_the_collection_never_points_at_files_outside_it():
+    """FACTS.md and the seed articles are not part of the collection: the facts users need are in docs/."""
+    proc = subprocess.run(["git", "grep", "-n", "-I", "FACTS.md", "--", ".", ":!tests/unit/test_docs.py"],
+                          cwd=ROOT, capture_output=True, text=True, check=False)
+    assert proc.returncode == 1 and not proc.stdout, proc.stdout
