@@ -206,7 +206,11 @@ kernel_module:
     gcc:
       description: Compiler the module was built with.
       type: str
-  sample: {"version": "580.159.04", "flavor": "open", "gcc": "gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)", "description": "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build"}
+  sample:
+    version: 580.159.04
+    flavor: open
+    gcc: gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)
+    description: 'NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build'
 unified_memory:
   description: True when the GPUs report no memory of their own (GB10 / DGX Spark share host memory).
   returned: when nvidia-smi answered

@@ -97,7 +97,18 @@ models:
   description: Figures per served model name (see RV(figures) for the keys).
   returned: always
   type: dict
-  sample: {"deepseek-v4-flash": {"requests_running": 0.0, "requests_waiting": 0.0, "kv_cache_usage_perc": 0.02, "spec_decode": {"enabled": true, "drafts": 90, "draft_tokens": 212, "accepted_tokens": 198, "acceptance_rate": 0.934, "mean_accepted_length": 3.2}}}
+  sample:
+    deepseek-v4-flash:
+      requests_running: 0.0
+      requests_waiting: 0.0
+      kv_cache_usage_perc: 0.02
+      spec_decode:
+        enabled: true
+        drafts: 90
+        draft_tokens: 212
+        accepted_tokens: 198
+        acceptance_rate: 0.934
+        mean_accepted_length: 3.2
 model:
   description: Model whose figures RV(figures) holds; null when the server serves several and O(model) is not set.
   returned: always
@@ -144,7 +155,23 @@ figures:
     spec_decode:
       description: Speculative decoding - enabled, drafts, draft_tokens, accepted_tokens, acceptance_rate, mean_accepted_length.
       type: dict
-  sample: {"requests_running": 0.0, "requests_waiting": 0.0, "kv_cache_usage_perc": 0.02, "preemptions_total": 0.0, "prefix_cache_hit_rate": 0.61, "ttft_seconds": {"count": 104, "p50": 0.09, "p99": 1.8}, "spec_decode": {"enabled": true, "drafts": 90, "draft_tokens": 212, "accepted_tokens": 198, "acceptance_rate": 0.934, "mean_accepted_length": 3.2}}
+  sample:
+    requests_running: 0.0
+    requests_waiting: 0.0
+    kv_cache_usage_perc: 0.02
+    preemptions_total: 0.0
+    prefix_cache_hit_rate: 0.61
+    ttft_seconds:
+      count: 104
+      p50: 0.09
+      p99: 1.8
+    spec_decode:
+      enabled: true
+      drafts: 90
+      draft_tokens: 212
+      accepted_tokens: 198
+      acceptance_rate: 0.934
+      mean_accepted_length: 3.2
 threshold_failures:
   description: Every threshold that was not met, with the numbers.
   returned: always

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # The collection on the oldest ansible-core that meta/runtime.yml's requires_ansible allows: a
 # throwaway venv with that exact release, then --syntax-check of every playbook and ansible-doc of
 # a module and a role, resolving the collection from the built tarball's install
