@@ -98,17 +98,7 @@ models:
   returned: always
   type: dict
   sample:
-    deepseek-v4-flash:
-      requests_running: 0.0
-      requests_waiting: 0.0
-      kv_cache_usage_perc: 0.02
-      spec_decode:
-        enabled: true
-        drafts: 90
-        draft_tokens: 212
-        accepted_tokens: 198
-        acceptance_rate: 0.934
-        mean_accepted_length: 3.2
+    deepseek-v4-flash: {requests_running: 1.0, requests_waiting: 0.0, kv_cache_usage_perc: 0.02, preemptions_total: 0.0}
 model:
   description: Model whose figures RV(figures) holds; null when the server serves several and O(model) is not set.
   returned: always
