@@ -98,14 +98,18 @@ sanity: collection
 	  cp tests/sanity/get_pip_standin.py ~/.ansible/test/cache/get_pip_$$(echo $$v | tr . _).py; done
 	cd $(SANITY_DIR) && ansible-test sanity --python 3.11 --requirements --color no
 
-# Build the tarball, install it into a fresh collections path, and resolve it by FQCN there.
+# Build the tarball, install it into a fresh collections path, and resolve it by FQCN there; the
+# tarball must hold no key, report, lab file, test cache or venv (tests/build/check_tarball.py); then
+# the playbooks and docs on the oldest ansible-core meta/runtime.yml allows (tests/compat/ansible_floor.sh).
 build: collection
 	@rm -rf build/collection && mkdir -p build/collection
 	ansible-galaxy collection build --force --output-path build/collection .
 	ansible-galaxy collection install --force -p build/collection/installed build/collection/llmops-vllm_cluster-*.tar.gz
 	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/build/collection/installed ansible-doc -t role llmops.vllm_cluster.headless | grep -q headless_default_target
 	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/build/collection/installed ansible-doc -l llmops.vllm_cluster
+	python tests/build/check_tarball.py build/collection/llmops-vllm_cluster-*.tar.gz
 	@echo "collection tarball installs and resolves by FQCN"
+	bash tests/compat/ansible_floor.sh
 
 units: collection
 	pytest -q tests/unit

@@ -185,11 +185,20 @@ def _choice_text(api, choice):
     return text if isinstance(text, str) else ''
 
 
+def _choice_role(choice):
+    """The author role of a chat choice (its message, or a streamed delta that names it), else None."""
+    if not isinstance(choice, dict):
+        return None
+    message = choice.get('delta') or choice.get('message') or {}
+    role = message.get('role') if isinstance(message, dict) else None
+    return role if isinstance(role, str) else None
+
+
 def _new_result():
     return {
         'ok': False, 'status': None, 'error': None, 'ttft': None, 'latency': None,
         'output_tokens': 0, 'prompt_tokens': None, 'tokens_counted_from': None, 'text': '',
-        'finish_reason': None, 'usage': None, 'upstream': None, 'body': None, 'chunks': 0,
+        'finish_reason': None, 'usage': None, 'upstream': None, 'body': None, 'chunks': 0, 'role': None,
     }
 
 
@@ -214,7 +223,8 @@ def completion(base_url, api, model, prompt, max_tokens=16, stream=True, headers
     Returns a dict: ok, status, error, ttft (seconds to the first generated text, or to the finish of
     a completion without text; streaming only),
     latency (seconds to the last byte), output_tokens (from usage when the server sends it, else the
-    number of streamed text chunks), prompt_tokens, text, finish_reason, usage, upstream (value of
+    number of streamed text chunks), prompt_tokens, text, role (the chat answer's author role, None
+    for a plain completion), finish_reason, usage, upstream (value of
     upstream_header), body (truncated, on failure), tokens_per_second, decode_tokens_per_second.
     """
     url = base_url + API_PATHS[api]
@@ -244,6 +254,7 @@ def completion(base_url, api, model, prompt, max_tokens=16, stream=True, headers
             return _finish(result)
         choice = doc['choices'][0]
         result['text'] = _choice_text(api, choice)
+        result['role'] = _choice_role(choice) if api == 'chat' else None
         result['finish_reason'] = choice.get('finish_reason') if isinstance(choice, dict) else None
         usage = doc.get('usage') if isinstance(doc.get('usage'), dict) else None
         result['usage'] = usage
@@ -308,6 +319,8 @@ def completion(base_url, api, model, prompt, max_tokens=16, stream=True, headers
                 result['usage'] = chunk['usage']
             for choice in chunk.get('choices') or []:
                 piece = _choice_text(api, choice)
+                if api == 'chat' and result['role'] is None:
+                    result['role'] = _choice_role(choice)
                 finish = choice.get('finish_reason') if isinstance(choice, dict) else None
                 # The first generated output: text, or the end of a completion that has none (the
                 # model's first token was its end-of-sequence token, or tokens that decode to nothing).

@@ -188,6 +188,7 @@ nvcc:
       description: Full C(nvcc) version.
       type: str
       sample: 13.0.88
+  sample: {"path": "/usr/local/cuda/bin/nvcc", "release": "13.0", "version": "13.0.88"}
 kernel_module:
   description: The loaded NVIDIA kernel module from C(/proc/driver/nvidia/version), or null when none is loaded.
   returned: always
@@ -205,29 +206,39 @@ kernel_module:
     gcc:
       description: Compiler the module was built with.
       type: str
+  sample:
+    version: 580.159.04
+    flavor: open
+    gcc: gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)
+    description: 'NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build'
 unified_memory:
   description: True when the GPUs report no memory of their own (GB10 / DGX Spark share host memory).
   returned: when nvidia-smi answered
   type: bool
+  sample: false
 host_memory_mib:
   description: Host memory in MiB (C(MemTotal)), used for unified-memory GPUs.
   returned: always
   type: int
+  sample: 2063688
 failed_requirements:
   description: Every unmet requirement, one sentence each; empty on success.
   returned: always
   type: list
   elements: str
+  sample: ["compute capability 9.0 is below the required 12.1"]
 failure_kind:
   description:
     - On failure, what kind of failure; one of V(no_driver), V(driver_not_loaded), V(driver_library_mismatch),
       V(no_gpu), V(unsupported_driver), V(nvidia_smi_failed), V(parse_error), V(requirements).
   returned: failure
   type: str
+  sample: "driver_library_mismatch"
 hint:
   description: On failure, what usually fixes it.
   returned: failure
   type: str
+  sample: "the driver packages were upgraded but the loaded kernel module is older: reboot the node"
 '''
 
 import os

@@ -118,23 +118,28 @@ ready:
   description: True when every stage passed.
   returned: always
   type: bool
+  sample: true
 model:
   description: Model the completion used.
   returned: success
   type: str
+  sample: "deepseek-v4-flash"
 models:
   description: Model ids listed by C(/v1/models).
   returned: when the models stage answered
   type: list
   elements: str
+  sample: ["deepseek-v4-flash"]
 attempts:
   description: Attempts made.
   returned: always
   type: int
+  sample: 1
 elapsed:
   description: Seconds spent in total.
   returned: always
   type: float
+  sample: 0.412
 stages:
   description: Per stage - C(status) (HTTP status), C(seconds) (duration of the last try), C(error).
   returned: always
@@ -147,46 +152,62 @@ ttft:
   description: Seconds to the first generated text, or to the finish of a completion that has no text (streaming only).
   returned: success
   type: float
+  sample: 0.127
 latency:
   description: Seconds from sending the completion to its last byte.
   returned: success
   type: float
+  sample: 0.749
 output_tokens:
   description: Tokens generated (from C(usage), else the number of streamed text chunks).
   returned: success
   type: int
+  sample: 32
 tokens_per_second:
   description: Output tokens divided by latency.
   returned: success
   type: float
+  sample: 42.7
 decode_tokens_per_second:
   description: Tokens after the first divided by the time after the first (streaming only).
   returned: success
   type: float
+  sample: 49.8
 usage:
   description: The server's usage block.
   returned: success
   type: dict
+  sample: {"prompt_tokens": 14, "completion_tokens": 32, "total_tokens": 46}
 text:
   description: The generated text.
   returned: success
   type: str
+  sample: "Hello! How can I help you today?"
+role:
+  description: Author role of the chat answer's message (V(assistant) from a conforming server); null for O(api=completion).
+  returned: success
+  type: str
+  sample: assistant
 finish_reason:
   description: Why generation stopped.
   returned: success
   type: str
+  sample: length
 failed_stage:
   description: Stage of the last failure (V(health), V(models), V(completion)).
   returned: failure
   type: str
+  sample: "completion"
 status:
   description: HTTP status of the last failed request, null when no HTTP answer came back.
   returned: failure
   type: int
+  sample: 503
 body:
   description: Last response body of the failed stage, truncated to 500 characters.
   returned: failure
   type: str
+  sample: "{\"error\": {\"message\": \"The model is still loading\", \"code\": 503}}"
 '''
 
 import time
@@ -348,7 +369,7 @@ def main():
         ready=True, model=state['model'], ttft=result['ttft'], latency=result['latency'],
         output_tokens=result['output_tokens'], tokens_per_second=result['tokens_per_second'],
         decode_tokens_per_second=result['decode_tokens_per_second'], usage=result['usage'],
-        text=result['text'], finish_reason=result['finish_reason'], **common)
+        text=result['text'], role=result['role'], finish_reason=result['finish_reason'], **common)
 
 
 if __name__ == '__main__':

@@ -142,34 +142,42 @@ requests:
   description: Requests asked for.
   returned: always
   type: int
+  sample: 100
 concurrency:
   description: Concurrency asked for.
   returned: always
   type: int
+  sample: 100
 max_in_flight:
   description: Highest number of requests actually in flight at the same time.
   returned: success
   type: int
+  sample: 100
 sent:
   description: Requests sent.
   returned: success
   type: int
+  sample: 100
 succeeded:
   description: Requests answered 200 with at least one generated token.
   returned: success
   type: int
+  sample: 100
 failed_requests:
   description: Requests that did not succeed, the ones not sent included.
   returned: success
   type: int
+  sample: 0
 not_sent:
   description: Requests not started before O(deadline).
   returned: success
   type: int
+  sample: 0
 success_ratio:
   description: succeeded / requests.
   returned: success
   type: float
+  sample: 1.0
 status_codes:
   description: Count per HTTP status, and per error (C(timeout), C(connection refused)...) where no status came back.
   returned: success
@@ -179,54 +187,66 @@ latency:
   description: Seconds per successful request - count, min, mean, p50, p90, p99, max.
   returned: success
   type: dict
+  sample: {"count": 100, "min": 0.61, "mean": 2.35, "p50": 2.41, "p90": 3.05, "p99": 3.32, "max": 3.35}
 ttft:
   description: >-
     Time to first token of the successful requests (streaming; for a completion without text, the time to its
     finish), same keys as RV(latency).
   returned: success
   type: dict
+  sample: {"count": 100, "min": 0.09, "mean": 1.02, "p50": 1.1, "p90": 1.6, "p99": 1.8, "max": 1.82}
 output_tokens_total:
   description: Tokens generated over all successful requests.
   returned: success
   type: int
+  sample: 1600
 prompt_tokens_total:
   description: Prompt tokens over all successful requests that reported usage.
   returned: success
   type: int
+  sample: 2100
 duration:
   description: Seconds from the first request to the last answer.
   returned: success
   type: float
+  sample: 3.41
 requests_per_second:
   description: Successful requests per second.
   returned: success
   type: float
+  sample: 29.3
 output_tokens_per_second:
   description: Aggregate output tokens per second over the test.
   returned: success
   type: float
+  sample: 469.2
 upstreams:
   description: Requests per upstream (value of O(upstream_header); C(unknown) when the header was missing).
   returned: when upstream_header is set
   type: dict
+  sample: {"10.0.0.11:8000": 52, "10.0.0.13:8000": 48}
 distribution_skew:
   description: (max - min) / mean of the per-upstream counts.
   returned: when upstream_header is set
   type: float
+  sample: 0.08
 failures_sample:
   description: Up to five failed requests - status, error, body (truncated).
   returned: success
   type: list
   elements: dict
+  sample: [{"status": 502, "error": "HTTP 502", "body": "<html>502 Bad Gateway</html>"}]
 threshold_failures:
   description: Every threshold that was not met, with the numbers.
   returned: success
   type: list
   elements: str
+  sample: ["max_p99_latency: p99 latency 3.32s exceeds 1.0s (p50 2.41s)"]
 model:
   description: Model requested.
   returned: success
   type: str
+  sample: "deepseek-v4-flash"
 '''
 
 import threading

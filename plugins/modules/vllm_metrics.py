@@ -97,10 +97,13 @@ models:
   description: Figures per served model name (see RV(figures) for the keys).
   returned: always
   type: dict
+  sample:
+    deepseek-v4-flash: {requests_running: 1.0, requests_waiting: 0.0, kv_cache_usage_perc: 0.02, preemptions_total: 0.0}
 model:
   description: Model whose figures RV(figures) holds; null when the server serves several and O(model) is not set.
   returned: always
   type: str
+  sample: "deepseek-v4-flash"
 figures:
   description: The figures of RV(model).
   returned: when one model is selected
@@ -142,16 +145,35 @@ figures:
     spec_decode:
       description: Speculative decoding - enabled, drafts, draft_tokens, accepted_tokens, acceptance_rate, mean_accepted_length.
       type: dict
+  sample:
+    requests_running: 0.0
+    requests_waiting: 0.0
+    kv_cache_usage_perc: 0.02
+    preemptions_total: 0.0
+    prefix_cache_hit_rate: 0.61
+    ttft_seconds:
+      count: 104
+      p50: 0.09
+      p99: 1.8
+    spec_decode:
+      enabled: true
+      drafts: 90
+      draft_tokens: 212
+      accepted_tokens: 198
+      acceptance_rate: 0.934
+      mean_accepted_length: 3.2
 threshold_failures:
   description: Every threshold that was not met, with the numbers.
   returned: always
   type: list
   elements: str
+  sample: ["max_kv_cache_usage: KV cache usage is 0.95, limit 0.9"]
 parse_errors:
   description: Lines of the metrics text that could not be parsed (at most 10).
   returned: always
   type: list
   elements: str
+  sample: []
 '''
 
 from ansible.module_utils.basic import AnsibleModule

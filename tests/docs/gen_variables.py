@@ -7,6 +7,7 @@ tests/unit/test_docs.py runs the check, so the reference never drifts from the s
 """
 import argparse
 import pathlib
+import re
 import sys
 
 import yaml
@@ -17,10 +18,42 @@ ORDER = ["headless", "network", "firewall", "nvidia_driver", "container_toolkit"
          "vllm_service", "nginx_lb", "monitoring", "response_cache"]
 
 
+# Ansible's documentation markup (ansible-doc's own syntax) as Markdown. C() code, V() a value,
+# O() an option, RV() a return value, E() an environment variable, P() a plugin, M() a module:
+# code; I() italic, B() bold; U(url) a link; L(text, url) a named link. V(), O(), RV(), E() and P()
+# may escape ")" and "\\" with a backslash.
+_MARKUP = re.compile(r"(?<![A-Za-z0-9_])(?:(L)\(([^,)]*),\s*([^)]*)\)"
+                     r"|(RV|C|V|O|E|P|M|I|B|U)\(((?:\\.|[^\\)])*)\))")
+
+
+def _code(text):
+    fence = "``" if "`" in text else "`"
+    pad = " " if fence == "``" else ""
+    return fence + pad + text + pad + fence
+
+
+def markdown(text):
+    """Ansible markup in TEXT rendered as Markdown."""
+    def one(match):
+        if match.group(1):
+            return "[%s](%s)" % (match.group(2).strip(), match.group(3).strip())
+        kind, body = match.group(4), match.group(5)
+        if kind in ("V", "O", "RV", "E", "P"):
+            body = re.sub(r"\\(.)", r"\1", body)
+        if kind == "I":
+            return "*%s*" % body
+        if kind == "B":
+            return "**%s**" % body
+        if kind == "U":
+            return "<%s>" % body
+        return _code(body)
+    return _MARKUP.sub(one, text).replace("HORIZONTALLINE", "---")
+
+
 def _text(value):
     if isinstance(value, list):
-        return " ".join(str(v).strip() for v in value)
-    return str(value or "").strip()
+        return " ".join(markdown(str(v).strip()) for v in value)
+    return markdown(str(value or "").strip())
 
 
 def _cell(value):

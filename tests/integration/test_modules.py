@@ -32,11 +32,12 @@ def _collections_path():
     raise RuntimeError('run `make collection` first: .cache/collections must resolve llmops.vllm_cluster')
 
 
-def play(*tasks, timeout=600):
+def play(*tasks, timeout=600, module_defaults=None):
     """Run the given module tasks in one ansible-playbook on localhost (local connection).
 
     tasks: (module, args) or (module, args, {'check_mode': True}). Every task runs (ignore_errors),
-    so one playbook measures several things. Returns (list of task results, raw stdout).
+    so one playbook measures several things. module_defaults: the play's module_defaults.
+    Returns (list of task results, raw stdout).
     """
     exe = shutil.which('ansible-playbook',
                        path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get('PATH', ''))
@@ -57,6 +58,8 @@ def play(*tasks, timeout=600):
         body.append(item)
     playbook = [{'name': 'modules against the vLLM engine', 'hosts': 'localhost', 'gather_facts': False,
                  'vars': {'ansible_python_interpreter': sys.executable}, 'tasks': body}]
+    if module_defaults:
+        playbook[0]['module_defaults'] = module_defaults
     with tempfile.TemporaryDirectory(prefix='llmops-it-') as tmp:
         path = os.path.join(tmp, 'play.yml')
         with open(path, 'w') as handle:
@@ -109,6 +112,25 @@ def test_openai_endpoint(vllm_server):
     assert wrong['failed_stage'] == 'models' and wrong['status'] == 200
     assert "model 'no-such-model' is not served; /v1/models lists: %s" % vllm_server.model in wrong['msg']
     assert wrong['stages']['health']['status'] == 200 and 'completion' not in wrong['stages']
+    assert key_of(vllm_server) not in out
+
+
+def test_module_defaults_group_sets_the_connection_once(vllm_server):
+    """meta/runtime.yml's action group: base_url and api_key set once for the three HTTP modules."""
+    group = {'group/llmops.vllm_cluster.openai': {'base_url': vllm_server.base_url, 'api_key': key_of(vllm_server),
+                                                  'request_timeout': 120}}
+    model = vllm_server.model
+    (ready, load, metrics, own_key), out = play(
+        ('openai_endpoint', {'model': model, 'max_tokens': 4, 'timeout': 120, 'delay': 1}),
+        ('openai_load', {'model': model, 'requests': 4, 'concurrency': 2, 'max_tokens': 4, 'min_success_ratio': 1.0}),
+        ('vllm_metrics', {'model': model}),
+        # A task's own value wins over the group's: a wrong key is refused by the engine.
+        ('openai_endpoint', {'model': model, 'api_key': 'not-the-key', 'timeout': 5, 'delay': 1}),
+        module_defaults=group)
+    assert ok(ready) and ready['ready'], ready
+    assert ok(load) and load['succeeded'] == 4, load
+    assert ok(metrics) and metrics['model'] == model, metrics
+    assert own_key['failed'] and own_key['status'] == 401, own_key
     assert key_of(vllm_server) not in out
 
 

@@ -61,7 +61,7 @@ setup() {
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
-  # crun 1.8 refuses this machine's hybrid cgroup layout; nproc above 32768 fails (FACTS.md).
+  # crun 1.8 refuses this machine's hybrid cgroup layout; nproc above 32768 fails (docs/troubleshooting.md).
   local want
   want=$(cat <<'CONF'
 # Written by llmops.vllm_cluster tests/lab/lab.sh: what rootful podman needs on this machine.

@@ -1,27 +1,81 @@
-"""playbooks/validate.yml on the converged site: the seed's checks, done right. The play fails on a
-replica that does not answer, a failed request among the 100 through the balancer, or an uneven
-spread; here its report is read back too, so a report that hides a failure fails the test."""
+"""llmops.vllm_cluster.validate on the converged site, run by FQCN from the collection installed from
+the built tarball (prepare.yml), as a user runs it. Its report is read back: a report that hides a
+failure fails the test. Then a run with a threshold no lab can meet: the play must fail, and its
+report must still be written and say FAIL and why."""
 import glob
 import json
 import os
 
-from conftest import HEADS, REPO, one_line
+from conftest import HEADS, one_line
+
+VALIDATE = "- name: Validate\n  ansible.builtin.import_playbook: llmops.vllm_cluster.validate\n"
 
 
-def test_validate_playbook_passes_and_its_report_says_so(run_play, tmp_path, monkeypatch):
+def latest(report_dir, ext):
+    found = sorted(glob.glob(os.path.join(report_dir, "validate-2*." + ext)))
+    assert found, f"no validate-*.{ext} in {report_dir}"
+    return found[-1]
+
+
+def test_the_collection_resolves_from_the_installed_tarball():
+    """converge (llmops.vllm_cluster.site) and validate resolve from the tarball's install, not the tree."""
+    first = os.environ["ANSIBLE_COLLECTIONS_PATH"].split(":")[0]
+    coll = os.path.join(first, "ansible_collections", "llmops", "vllm_cluster")
+    assert first.endswith("/collection/installed") and not os.path.islink(coll), first
+    manifest = json.load(open(os.path.join(coll, "MANIFEST.json"), encoding="utf-8"))  # only an install has it
+    assert manifest["collection_info"]["name"] == "vllm_cluster"
+    assert os.path.exists(os.path.join(coll, "playbooks", "site.yml"))
+    assert not os.path.exists(os.path.join(coll, "inventories", "lab")), "the lab inventory must not ship"
+
+
+def test_validate_passes_and_its_report_says_so(run_play, tmp_path, monkeypatch):
     monkeypatch.setenv("VALIDATE_REPORT_DIR", str(tmp_path))
-    res = run_play("- name: Validate\n  ansible.builtin.import_playbook: %s/playbooks/validate.yml\n" % REPO)
+    res = run_play(VALIDATE)
     assert res.rc == 0, res
-    report = json.load(open(max(glob.glob(os.path.join(tmp_path, "validate-*.json"))), encoding="utf-8"))
+    report = json.load(open(latest(tmp_path, "json"), encoding="utf-8"))
+    assert report["verdict"] == "PASS" and report["problems"] == [], report["problems"]
     load = report["load"]
     assert (load["requests"], load["succeeded"], load["failed"]) == (100, 100, 0), load
     assert len(load["upstreams"]) == len(HEADS), load["upstreams"]
+    chat = report["chat_through_balancer"]
+    assert chat["role"] == "assistant" and chat["usage"]["completion_tokens"] > 0, chat
     for name in HEADS:
         head = report["heads"][name]
         assert head["ready"] and head["chat_usage"]["completion_tokens"] > 0, head
         assert head["tokens_per_second"] and head["ttft_s"] is not None, head
         assert "requests_waiting" in head["metrics"] and "kv_cache_usage_perc" in head["metrics"], head["metrics"]
-    for ext in ("md", "svg"):
-        assert glob.glob(os.path.join(tmp_path, "validate-*." + ext)), ext
+        assert head["vllm_version"].startswith("0."), head["vllm_version"]
+        assert head["release"]["release"].startswith("/opt/vllm/releases/vllm-"), head["release"]
+        # The lab's ngram drafter really proposed under the validation load, and drafts were accepted.
+        spec = head["metrics"]["spec_decode"]
+        assert spec["drafts"] > 0 and spec["draft_tokens"] > 0, (name, spec)
+        assert 0 < spec["acceptance_rate"] <= 1 and spec["mean_accepted_length"] > 1, (name, spec)
+    md = open(latest(tmp_path, "md"), encoding="utf-8").read()
+    assert md.startswith("# Cluster validation ") and md.splitlines()[0].endswith(": PASS"), md[:200]
+    assert "`validate_max_kv_cache_usage`" in md and "| vLLM | 0." in md, md[:3000]
+    for name in HEADS:  # the replica rows show numbers in the acceptance column, not "-"
+        row = next(line for line in md.splitlines() if line.startswith(f"| {name} |"))
+        assert row.split("|")[-3].strip().endswith("%"), row
+    assert glob.glob(os.path.join(tmp_path, "validate-*.svg"))
     out = one_line(res.output)
-    assert "load: 100/100 ok" in out, out[-3000:]  # the printed summary
+    assert "verdict: PASS" in out and "load: 100/100 ok" in out, out[-3000:]
+
+
+def test_a_failed_threshold_still_writes_a_report_that_says_fail(run_play, tmp_path, monkeypatch):
+    """No lab answers 8 requests with a p99 latency of 1 ms: the report lands, says FAIL and why, and
+    the play exits non-zero (a short load on the cluster already up)."""
+    monkeypatch.setenv("VALIDATE_REPORT_DIR", str(tmp_path))
+    res = run_play(VALIDATE, extra_vars={"validate_requests": 8, "validate_concurrency": 4,
+                                         "validate_max_p99_latency": 0.001})
+    assert res.rc != 0, res
+    report = json.load(open(latest(tmp_path, "json"), encoding="utf-8"))
+    assert report["verdict"] == "FAIL", report
+    assert any("max_p99_latency" in p for p in report["problems"]), report["problems"]
+    assert report["load"]["requests"] == 8 and report["load"]["succeeded"] == 8, report["load"]
+    md = open(latest(tmp_path, "md"), encoding="utf-8").read()
+    first = md.splitlines()
+    assert first[0].endswith(": FAIL") and "**FAIL**" in md, md[:500]
+    assert "max_p99_latency" in md.split("## Thresholds")[0], md[:1500]  # the why, before the details
+    assert "| `validate_max_p99_latency` | 0.001 |" in md, md[:3000]
+    out = one_line(res.output)
+    assert "verdict: FAIL" in out and "validation FAILED" in out, out[-3000:]

@@ -6,7 +6,7 @@
 #                                            missing or when the recipe below changes
 # Output: wheelhouse/*.whl, wheelhouse/requirements.txt, build-requirements.txt (the exact set to install with
 # `pip install --no-index --no-deps --find-links DIR -r DIR/requirements.txt`), wheelhouse/.stamp.
-# Left out (FACTS.md): torchvision/torchaudio/torchcodec (PyPI's CUDA builds; they fail to import
+# Left out (docs/development.md, "The vLLM CPU engine"): torchvision/torchaudio/torchcodec (PyPI's CUDA builds; they fail to import
 # beside torch+cpu and transformers imports torchvision eagerly) and triton (1 GB, unused on CPU).
 # That is why installs use --no-deps with the lock file: the lock is the resolved set minus those.
 set -euo pipefail

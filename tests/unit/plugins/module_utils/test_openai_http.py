@@ -81,6 +81,7 @@ def test_streaming_completion_measures_ttft(openai_server, api):
     assert res['output_tokens'] == 4 and res['tokens_counted_from'] == 'usage' and res['prompt_tokens'] == 7
     assert 0.2 <= res['ttft'] <= res['latency'] < 2  # both rounded to 0.1 ms: the rest may arrive within it
     assert res['finish_reason'] == 'length'
+    assert res['role'] == ('assistant' if api == 'chat' else None)  # a chat answer names its author
     assert res['tokens_per_second'] == pytest.approx(4 / res['latency'], rel=0.01)
     method, path, body, _headers = st.requests[-1]
     assert path == ('/v1/chat/completions' if api == 'chat' else '/v1/completions')
@@ -110,6 +111,9 @@ def test_non_streaming_completion(openai_server):
     st = openai_server
     res = oh.completion(st.base_url, 'completion', st.model, 'x', stream=False, timeout=5, upstream_header='X-Upstream')
     assert res['ok'] and res['ttft'] is None and res['output_tokens'] == 4 and res['text'] == 'Hello, world!'
+    assert res['role'] is None
+    chat = oh.completion(st.base_url, 'chat', st.model, 'x', stream=False, timeout=5)
+    assert chat['ok'] and chat['role'] == 'assistant' and chat['text'] == 'Hello, world!', chat
 
 
 def test_broken_stream_is_a_failure(openai_server):
