@@ -10,6 +10,7 @@ architecture) come from a module in this test's library, as the real hosts would
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -174,9 +175,22 @@ def _hosts(inventory):
     return groups
 
 
+def _management(inventory, host):
+    data = (ROOT / "inventories" / inventory / "hosts.yml").read_text(encoding="utf-8")
+    match = re.search(r"^\s+%s: \{ansible_host: ([0-9.]+)\}" % re.escape(host), data, re.M)
+    return match.group(1)
+
+
 def _fabric(inventory, host):
     hv = yaml.safe_load((ROOT / "inventories" / inventory / "host_vars" / f"{host}.yml").read_text(encoding="utf-8"))
     return [i for i in hv.get("network_interfaces", []) if i.get("role") == "fabric"]
+
+
+def _replica(config_text):
+    """The replica named in the rendered config's header comment."""
+    match = re.search(r"^# vLLM serve configuration for replica (\S+), node", config_text, re.M)
+    assert match, config_text[:400]
+    return match.group(1)
 
 
 def _env(text):
@@ -202,10 +216,8 @@ def test_every_host_renders(inventory, tmp_path_factory):
 def test_replicas_rendezvous_on_the_heads_fabric_address_with_every_hca(inventory, tmp_path_factory):
     files = rendered(inventory, tmp_path_factory)
     groups = _hosts(inventory)
-    heads = {}
-    for host in groups.get("vllm_heads", []):
-        cfg = yaml.safe_load(files[host]["config.yaml"])
-        heads[host] = cfg
+    replica_of = {h: _replica(files[h]["config.yaml"]) for h in groups["vllm_nodes"]}
+    head_of = {replica_of[h]: h for h in groups.get("vllm_heads", [])}
     for host in groups["vllm_nodes"]:
         cfg = yaml.safe_load(files[host]["config.yaml"])
         fabric = _fabric(inventory, host)
@@ -219,9 +231,7 @@ def test_replicas_rendezvous_on_the_heads_fabric_address_with_every_hca(inventor
             assert len(hcas) == len(fabric) and all(h.startswith("roce") for h in hcas), (host, hcas)
             assert conf["IB_GID_INDEX"] in ("''", ""), "NCCL picks the GID unless the user sets it"
         if cfg.get("nnodes", 1) > 1:
-            head = next(h for h in heads if h in groups["vllm_heads"]
-                        and yaml.safe_load(files[h]["config.yaml"]).get("master-port") == cfg["master-port"]
-                        and (h == host or cfg.get("headless")))
+            head = head_of[replica_of[host]]
             head_fabric = _fabric(inventory, head)
             assert cfg["master-addr"] == head_fabric[0]["addresses"][0].split("/")[0], (host, cfg["master-addr"])
             assert not cfg["master-addr"].startswith("10.0.0."), "the rendezvous must not cross the management link"
@@ -270,12 +280,13 @@ def test_nginx_and_prometheus_see_the_heads_only(tmp_path_factory):
         groups = _hosts(inventory)
         for lb in groups["balancers"]:
             conf = files[lb]["vllm-lb.conf"]
-            for head in groups["vllm_heads"]:
-                pass
-            workers = groups.get("vllm_workers", [])
-            assert conf.count(" max_fails=") >= len(groups["vllm_heads"]), conf
-            for w in workers:
-                assert f"server {w}" not in conf
+            upstream = re.findall(r"^\s*server\s+([0-9][^\s;]*)", conf, re.M)
+            mgmt = {h: _management(inventory, h) for h in groups["vllm_nodes"]}
+            assert sorted(upstream) == sorted(f"{mgmt[h]}:8000" for h in groups["vllm_heads"]), upstream
         for mon in groups["monitoring"]:
             prom = files[mon]["prometheus.yml"]
-            assert "render-test" not in prom
+            assert "render-test" not in prom  # no key in Prometheus's configuration
+            for head in groups["vllm_heads"]:
+                assert f"{head}:8000" in prom or f"{_management(inventory, head)}:8000" in prom, prom
+            for worker in groups.get("vllm_workers", []):
+                assert f"{worker}:8000" not in prom and f"{_management(inventory, worker)}:8000" not in prom
