@@ -9,6 +9,22 @@ SOURCE = "/srv/llmops-lab/models/tiny-llama"
 LOG = "/var/lib/vllm/models/.tiny-llama.hf-download.log"
 
 
+def _stage_play(models_dir):
+    """A play that runs only the role's staging on head2 (its facts, then tasks/stage.yml)."""
+    return """
+- name: Stage only
+  hosts: %s
+  gather_facts: false
+  tasks:
+    - name: Facts
+      ansible.builtin.include_role: {name: llmops.vllm_cluster.vllm_service, tasks_from: facts, public: true}
+    - name: Directories
+      ansible.builtin.file: {path: %s, state: directory, mode: "0755"}
+    - name: Stage
+      ansible.builtin.include_role: {name: llmops.vllm_cluster.vllm_service, tasks_from: stage}
+""" % (HEADS[1], models_dir)
+
+
 def _sums(h, root):
     out = h.check_output(f"cd {root} && find . -path ./.cache -prune -o -type f -print0 | sort -z | xargs -0 sha256sum")
     return dict(line.split()[::-1] for line in out.splitlines())
@@ -38,18 +54,7 @@ def test_hf_download_output_never_shows_the_token(lab_host, run_play):
     # A fresh directory: the role really downloads again, with -vvv, and the whole output is searched.
     h = lab_host(HEADS[1])
     h.run("rm -rf /var/tmp/hf-check")
-    play = """
-- name: Stage only
-  hosts: %s
-  gather_facts: false
-  tasks:
-    - name: Facts
-      ansible.builtin.include_role: {name: llmops.vllm_cluster.vllm_service, tasks_from: facts, public: true}
-    - name: Directories
-      ansible.builtin.file: {path: /var/tmp/hf-check, state: directory, mode: "0755"}
-    - name: Stage
-      ansible.builtin.include_role: {name: llmops.vllm_cluster.vllm_service, tasks_from: stage}
-""" % HEADS[1]
+    play = _stage_play("/var/tmp/hf-check")
     res = run_play(play, extra_vars={"vllm_service_models_dir": "/var/tmp/hf-check"}, args=["-vvv"])
     try:
         assert res.rc == 0, res.output[-3000:]
@@ -62,18 +67,7 @@ def test_hf_download_output_never_shows_the_token(lab_host, run_play):
 
 def test_hf_failure_says_what_hf_said_without_the_token(lab_host, run_play):
     h = lab_host(HEADS[1])
-    play = """
-- name: Stage only
-  hosts: %s
-  gather_facts: false
-  tasks:
-    - name: Facts
-      ansible.builtin.include_role: {name: llmops.vllm_cluster.vllm_service, tasks_from: facts, public: true}
-    - name: Directories
-      ansible.builtin.file: {path: /var/tmp/hf-bad, state: directory, mode: "0755"}
-    - name: Stage
-      ansible.builtin.include_role: {name: llmops.vllm_cluster.vllm_service, tasks_from: stage}
-""" % HEADS[1]
+    play = _stage_play("/var/tmp/hf-bad")
     stage = {"method": "hf", "repo": "lab/tiny-llama", "revision": COMMIT, "token": "hf_wrongToken00000000000001",
              "endpoint": "http://vllm-service-lb1:8080", "src": "", "url": "", "checksum": "", "include": []}
     res = run_play(play, extra_vars={"vllm_service_models_dir": "/var/tmp/hf-bad", "vllm_service_model_stage": stage})
