@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: llmops.vllm_cluster developers
 # Apache License 2.0 (see galaxy.yml)
 """A local STAND-IN for the Hugging Face Hub, for lab tests of `hf download` (the vllm_service
@@ -102,7 +101,7 @@ class Hub(BaseHTTPRequestHandler):
                                          "private": True, "siblings": siblings}, head)
         if path.startswith(api + "tree/"):
             rest = path[len(api + "tree/"):]
-            rev, _, sub = rest.partition("/")
+            rev, _sep, sub = rest.partition("/")
             if not self._rev_ok(rev):
                 return self._error(404, "Revision Not Found for url %s" % path, head)
             entries = []
@@ -114,7 +113,7 @@ class Hub(BaseHTTPRequestHandler):
             return self._send_json(200, entries, head)
         prefix = "/%s/resolve/" % repo
         if path.startswith(prefix):
-            rev, _, name = path[len(prefix):].partition("/")
+            rev, _sep, name = path[len(prefix):].partition("/")
             if not self._rev_ok(rev):
                 return self._error(404, "Revision Not Found for url %s" % path, head)
             if name not in files:
@@ -127,7 +126,7 @@ class Hub(BaseHTTPRequestHandler):
         start, end, status = 0, size - 1, 200
         rng = self.headers.get("Range", "")
         if rng.startswith("bytes=") and not head:
-            first, _, last = rng[len("bytes="):].partition("-")
+            first, _sep, last = rng[len("bytes="):].partition("-")
             start = int(first or 0)
             end = int(last) if last else size - 1
             status = 206
@@ -160,7 +159,7 @@ class Hub(BaseHTTPRequestHandler):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--dir", required=True)
     parser.add_argument("--repo", required=True)
     parser.add_argument("--commit", required=True)
