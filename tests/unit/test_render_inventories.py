@@ -7,6 +7,7 @@ Prometheus's configuration (monitoring). Every host runs with a local connection
 inventories' addresses are never contacted. The facts a host would report (systemd, Debian family,
 architecture) come from a module in this test's library, as the real hosts would give them.
 """
+import importlib.util
 import json
 import os
 import pathlib
@@ -130,6 +131,9 @@ PLAY = """
 pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook not installed")
 
 _RENDERED = {}
+_spec = importlib.util.spec_from_file_location("llmops_cluster_filter_r", ROOT / "plugins" / "filter" / "cluster.py")
+cluster = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cluster)
 
 
 def rendered(inventory, tmp_path_factory):
@@ -175,15 +179,30 @@ def _hosts(inventory):
     return groups
 
 
+def _hostvars(inventory):
+    """Each host's variables as hosts.yml gives them (merged over every group it appears in)."""
+    data = yaml.safe_load((ROOT / "inventories" / inventory / "hosts.yml").read_text(encoding="utf-8"))
+    out = {}
+
+    def walk(node):
+        node = node or {}
+        for name, hv in (node.get("hosts") or {}).items():
+            out.setdefault(name, {}).update(hv or {})
+        for sub in (node.get("children") or {}).values():
+            walk(sub)
+
+    walk(data["all"])
+    return out
+
+
 def _management(inventory, host):
-    data = (ROOT / "inventories" / inventory / "hosts.yml").read_text(encoding="utf-8")
-    match = re.search(r"^\s+%s: \{ansible_host: ([0-9.]+)\}" % re.escape(host), data, re.M)
-    return match.group(1)
+    return str(_hostvars(inventory)[host].get("ansible_host", host))
 
 
 def _fabric(inventory, host):
-    hv = yaml.safe_load((ROOT / "inventories" / inventory / "host_vars" / f"{host}.yml").read_text(encoding="utf-8"))
-    return [i for i in hv.get("network_interfaces", []) if i.get("role") == "fabric"]
+    path = ROOT / "inventories" / inventory / "host_vars" / f"{host}.yml"
+    hv = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return [i for i in (hv or {}).get("network_interfaces", []) if i.get("role") == "fabric" and i.get("addresses")]
 
 
 def _replica(config_text):
@@ -227,8 +246,11 @@ def test_replicas_rendezvous_on_the_heads_fabric_address_with_every_hca(inventor
             own = fabric[0]["addresses"][0].split("/")[0]
             assert env["VLLM_HOST_IP"] == own, host
             assert conf["SOCKET_IFNAME"] == fabric[0]["name"], host
-            hcas = conf["IB_HCA"].strip("'").split(",")
-            assert len(hcas) == len(fabric) and all(h.startswith("roce") for h in hcas), (host, hcas)
+            # every fabric interface's RoCE device (where its name gives one), or the inventory's own list
+            hcas = [h for h in conf["IB_HCA"].strip("'").split(",") if h]
+            derived = [cluster.cluster_rdma_device(i["name"]) for i in fabric]
+            assert hcas, (host, conf)
+            assert hcas == derived or not all(derived) or set(hcas) - set(derived), (host, hcas, derived)
             assert conf["IB_GID_INDEX"] in ("''", ""), "NCCL picks the GID unless the user sets it"
         if cfg.get("nnodes", 1) > 1:
             head = head_of[replica_of[host]]
@@ -271,6 +293,7 @@ def test_dgx_spark_single_stages_the_draft_model(tmp_path_factory):
         draft = cfg["speculative-config"]["model"]
         assert {s["what"]: s["dest"] for s in stages} == {"model": cfg["model"], "draft": draft}, stages
         assert [s["stage"]["method"] for s in stages] == ["path", "path"]
+        assert _env(files[host]["fabric.conf"])["IB_HCA"] == "rocep1s0f1,roceP2p1s0f1"
         assert "nnodes" not in cfg and "master-addr" not in cfg
 
 
