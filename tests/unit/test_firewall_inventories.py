@@ -52,9 +52,9 @@ def test_dgx_spark_two_tp2_replicas(tmp_path):
     assert services["engine_api"]["ports"] == [8000] and services["engine_api"]["v4"] == ["10.0.0.10"]
     # dgx1's replica peer is dgx2, by its management and its fabric address (network_interfaces)
     assert services["engine_distributed"]["ports"] == [29501]
-    assert services["engine_distributed"]["v4"] == ["10.0.0.2", "192.168.100.12"]
-    assert peers["v4"] == ["10.0.0.2", "192.168.100.12"]
-    assert out["dgx3"][1]["v4"] == ["10.0.0.4", "192.168.100.14"]
+    assert services["engine_distributed"]["v4"] == ["10.0.0.2", "192.168.100.12", "192.168.101.12"]
+    assert peers["v4"] == ["10.0.0.2", "192.168.100.12", "192.168.101.12"]
+    assert out["dgx3"][1]["v4"] == ["10.0.0.4", "192.168.100.14", "192.168.101.14"]
     assert services["exporters"]["ports"] == [3903, 9100, 9113, 9400] and services["exporters"]["v4"] == ["10.0.0.10"]
     lb_services, lb_peers = out["lb1"]
     assert set(lb_services) == {"exporters"} and lb_peers == {"v4": [], "v6": []}

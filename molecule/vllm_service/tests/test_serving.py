@@ -140,6 +140,7 @@ def test_a_config_that_fails_at_start_is_rolled_back(lab_host, heads, run_conver
     assert rc != 0, out[-4000:]
     assert "restored and restarted and serves again" in out, out[-4000:]
     assert "max_model_len" in out, out[-4000:]
+    assert "lines of the journal of this start (journalctl -u vllm)" in out, out[-4000:]
     assert h.file("/etc/vllm/config.yaml").sha256sum == before
     assert heads[name].complete()[0] == 200
 

@@ -1,0 +1,174 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmops.vllm_cluster developers
+# Apache License 2.0 (see galaxy.yml)
+"""The replicas of the cluster, worked out once from the inventory: one source of replica facts.
+
+Only Python's standard library. Reads, for each host of the vLLM groups, its inventory variables:
+vllm_service_replica, ansible_host, network_interfaces/network_bonds (the network role's data;
+entries with role: fabric), vllm_service_advertise_address, vllm_service_fabric (socket_ifname,
+ib_hca), vllm_service_distributed (master_addr, master_port) and vllm_service_api (port).
+
+  cluster_replicas(hostvars, heads, workers, defaults) -> {replica: {...}} (see cluster_replicas.yml)
+  cluster_errors(hostvars, heads, workers)             -> [message, ...] (empty when the topology is valid)
+  cluster_rdma_device(ifname)                          -> the RDMA (RoCE) device of a netdev name, or ''
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+# rdma-core's udev naming (NAME_PCI) for a RoCE device follows the netdev's PCI path:
+# enp1s0f1np1 -> rocep1s0f1, enP2p1s0f1np1 -> roceP2p1s0f1 (the two halves of a DGX Spark's
+# ConnectX-7 port), ens1f0np0 -> roces1f0 is NOT derivable (slot names are not PCI paths).
+_PCI_NETDEV = re.compile(r"^en(?P<domain>P[0-9]+)?(?P<path>p[0-9]+s[0-9]+(?:f[0-9]+)?)(?:np[0-9]+)?$")
+DEFAULTS = {"master_port": 29501, "api_port": 8000}
+
+
+def cluster_rdma_device(ifname):
+    """The RDMA device name rdma-core gives the RoCE function of a PCI-path netdev name, else ''."""
+    match = _PCI_NETDEV.match(ifname or "")
+    if not match:
+        return ""
+    return "roce" + (match.group("domain") or "") + match.group("path")
+
+
+def _get(mapping, key, default=None):
+    try:
+        value = mapping[key]
+    except (KeyError, TypeError):
+        return default
+    return default if value is None else value
+
+
+def _as_list(value):
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value]
+
+
+def _fabric_entries(hv):
+    out = []
+    for kind in ("network_interfaces", "network_bonds"):
+        for item in _get(hv, kind, []) or []:
+            if isinstance(item, dict) and item.get("role", "other") == "fabric" and item.get("name"):
+                out.append((kind, item))
+    return out
+
+
+def _first_address(item):
+    for cidr in item.get("addresses") or []:
+        try:
+            return str(ipaddress.ip_interface(cidr).ip)
+        except ValueError:
+            continue
+    return ""
+
+
+def _node(name, hv):
+    fabric = _get(hv, "vllm_service_fabric", {}) or {}
+    entries = _fabric_entries(hv)
+    address, ifname = "", ""
+    for _kind, item in entries:
+        address = _first_address(item)
+        if address:
+            ifname = item["name"]
+            break
+    advertise = _get(hv, "vllm_service_advertise_address", "")
+    if advertise:
+        address = str(advertise)
+    if _get(fabric, "socket_ifname", ""):
+        ifname = str(fabric["socket_ifname"])
+    hcas = _as_list(_get(fabric, "ib_hca", ""))
+    if not hcas:
+        for kind, item in entries:
+            dev = cluster_rdma_device(item["name"]) if kind == "network_interfaces" else ""
+            if dev and dev not in hcas:
+                hcas.append(dev)
+    return {
+        "name": name,
+        "management_address": str(_get(hv, "ansible_host", name)),
+        "fabric_address": address,
+        "socket_ifname": ifname,
+        "ib_hca": hcas,
+    }
+
+
+def _replica_of(name, hv):
+    return str(_get(hv, "vllm_service_replica", name))
+
+
+def cluster_errors(hostvars, heads, workers):
+    """Topology problems: a host in both groups, a replica without exactly one head."""
+    heads, workers = list(heads or []), list(workers or [])
+    errors = []
+    for name in sorted(set(heads) & set(workers)):
+        errors.append("%s is in both vllm_heads and vllm_workers; a node is the head or a worker of its replica"
+                      % name)
+    by_replica = {}
+    for name in heads:
+        by_replica.setdefault(_replica_of(name, _get(hostvars, name, {})), []).append(name)
+    for replica, names in sorted(by_replica.items()):
+        if len(names) > 1:
+            errors.append("replica '%s' (vllm_service_replica) has %d heads (%s); a replica has exactly one"
+                          % (replica, len(names), ", ".join(names)))
+    for name in workers:
+        replica = _replica_of(name, _get(hostvars, name, {}))
+        if replica not in by_replica:
+            errors.append("worker %s is in replica '%s' (vllm_service_replica), which has no head in vllm_heads; "
+                          "set vllm_service_replica on each worker to its head's replica name" % (name, replica))
+    return errors
+
+
+def cluster_replicas(hostvars, heads, workers, defaults=None):
+    """Each replica: its head, workers (rank order = inventory order), each node's management and
+    fabric addresses, socket interface and HCAs, and the replica's rendezvous address and ports."""
+    cfg = dict(DEFAULTS)
+    cfg.update(defaults or {})
+    out = {}
+    for name in heads or []:
+        hv = _get(hostvars, name, {})
+        replica = _replica_of(name, hv)
+        if replica in out:
+            continue  # reported by cluster_errors
+        head = _node(name, hv)
+        head.update({"role": "head", "rank": 0})
+        dist = _get(hv, "vllm_service_distributed", {}) or {}
+        api = _get(hv, "vllm_service_api", {}) or {}
+        out[replica] = {
+            "name": replica,
+            "head": name,
+            "workers": [],
+            "nodes": {name: head},
+            "master_addr": str(_get(dist, "master_addr", "") or head["fabric_address"] or head["management_address"]),
+            "master_port": int(_get(dist, "master_port", cfg["master_port"])),
+            "api_port": int(_get(api, "port", cfg["api_port"])),
+            "api_address": head["management_address"],
+        }
+    for name in workers or []:
+        if name in (heads or []):
+            continue
+        hv = _get(hostvars, name, {})
+        replica = out.get(_replica_of(name, hv))
+        if replica is None:
+            continue  # reported by cluster_errors
+        node = _node(name, hv)
+        replica["workers"].append(name)
+        node.update({"role": "worker", "rank": len(replica["workers"])})
+        replica["nodes"][name] = node
+    for replica in out.values():
+        replica["nnodes"] = len(replica["nodes"])
+    return out
+
+
+class FilterModule(object):
+    """Replica facts from the inventory."""
+
+    def filters(self):
+        return {
+            "cluster_replicas": cluster_replicas,
+            "cluster_errors": cluster_errors,
+            "cluster_rdma_device": cluster_rdma_device,
+        }

@@ -1,0 +1,315 @@
+"""Every shipped inventory (inventories/*/ except the lab), rendered from the inventory alone.
+
+For each host, the roles' own preflight/fact tasks work out what they would write, and the roles'
+own templates are rendered into a temporary directory: vLLM's config, fabric settings, environment
+file and unit (vllm_service), the nginx upstreams (nginx_lb), the nftables ruleset (firewall) and
+Prometheus's configuration (monitoring). Every host runs with a local connection: the
+inventories' addresses are never contacted. The facts a host would report (systemd, Debian family,
+architecture) come from a module in this test's library, as the real hosts would give them.
+"""
+import importlib.util
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+INVENTORIES = sorted(p.name for p in (ROOT / "inventories").iterdir()
+                     if p.is_dir() and p.name != "lab" and (p / "hosts.yml").exists())
+
+FACTS_MODULE = '''#!/usr/bin/python
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(argument_spec={"facts": {"type": "dict", "required": True}}, supports_check_mode=True)
+    module.exit_json(changed=False, ansible_facts=module.params["facts"])
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+PLAY = """
+- name: Render every host's files from the inventory alone
+  hosts: all
+  gather_facts: false
+  vars:
+    out: "{{ render_dir }}/{{ inventory_hostname }}"
+    templates: "{{ repo_root }}/roles"
+  tasks:
+    - name: The facts a Debian-family systemd host reports
+      render_facts:
+        facts:
+          service_mgr: systemd
+          os_family: Debian
+          distribution: Ubuntu
+          distribution_release: noble
+          distribution_version: "24.04"
+          distribution_major_version: "24"
+          architecture: "{{ 'aarch64' if inventory_hostname in groups['gpu_nodes'] | default([]) else 'x86_64' }}"
+          system: Linux
+          default_ipv4: {address: "{{ ansible_host | default('192.0.2.1') }}"}
+          all_ipv4_addresses: ["{{ ansible_host | default('192.0.2.1') }}"]
+          all_ipv6_addresses: []
+
+    - name: Output directory
+      ansible.builtin.file:
+        path: "{{ out }}"
+        state: directory
+        mode: "0700"
+
+    - name: vLLM (vllm_service facts and templates)
+      when: inventory_hostname in groups['vllm_nodes'] | default([])
+      block:
+        - name: Facts of vllm_service
+          ansible.builtin.include_role:
+            name: llmops.vllm_cluster.vllm_service
+            tasks_from: facts
+            public: true
+        - name: Render vllm_service's files
+          ansible.builtin.template:
+            src: "{{ templates }}/vllm_service/templates/{{ item }}.j2"
+            dest: "{{ out }}/{{ item }}"
+            mode: "0600"
+          loop: [config.yaml, vllm.env, fabric.conf, vllm.service]
+        - name: Write what it stages
+          ansible.builtin.copy:
+            content: "{{ vllm_service__stages | to_json }}"
+            dest: "{{ out }}/stages.json"
+            mode: "0600"
+
+    - name: nginx (nginx_lb preflight and upstreams)
+      when: inventory_hostname in groups['balancers'] | default([])
+      block:
+        - name: Preflight of nginx_lb
+          ansible.builtin.include_role:
+            name: llmops.vllm_cluster.nginx_lb
+            tasks_from: preflight
+            public: true
+        - name: Render the upstreams
+          ansible.builtin.template:
+            src: "{{ templates }}/nginx_lb/templates/vllm-lb.conf.j2"
+            dest: "{{ out }}/vllm-lb.conf"
+            mode: "0600"
+
+    - name: Firewall (firewall preflight and ruleset)
+      when: inventory_hostname in groups['cluster'] | default([])
+      block:
+        - name: Preflight of firewall
+          ansible.builtin.include_role:
+            name: llmops.vllm_cluster.firewall
+            tasks_from: preflight
+            public: true
+        - name: Render the ruleset
+          ansible.builtin.template:
+            src: "{{ templates }}/firewall/templates/ruleset.nft.j2"
+            dest: "{{ out }}/ruleset.nft"
+            mode: "0600"
+
+    - name: Prometheus (monitoring preflight and configuration)
+      when: inventory_hostname in groups['monitoring'] | default([])
+      block:
+        - name: Preflight of monitoring
+          ansible.builtin.include_role:
+            name: llmops.vllm_cluster.monitoring
+            tasks_from: preflight
+            public: true
+        - name: Render Prometheus's configuration
+          ansible.builtin.template:
+            src: "{{ templates }}/monitoring/templates/prometheus.yml.j2"
+            dest: "{{ out }}/prometheus.yml"
+            mode: "0600"
+"""
+
+pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook not installed")
+
+_RENDERED = {}
+_spec = importlib.util.spec_from_file_location("llmops_cluster_filter_r", ROOT / "plugins" / "filter" / "cluster.py")
+cluster = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cluster)
+
+
+def rendered(inventory, tmp_path_factory):
+    """{host: {file name: text}} for INVENTORY (rendered once per test session)."""
+    if inventory in _RENDERED:
+        return _RENDERED[inventory]
+    work = tmp_path_factory.mktemp("render-" + inventory)
+    (work / "library").mkdir()
+    (work / "library" / "render_facts.py").write_text(FACTS_MODULE, encoding="utf-8")
+    (work / "play.yml").write_text(PLAY, encoding="utf-8")
+    out = work / "out"
+    extra = {"render_dir": str(out), "repo_root": str(ROOT),
+             # Every host runs here, with a local connection: no inventory address is contacted.
+             "ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
+             "firewall_gather_facts": False,
+             "vault_vllm_api_key": "render-test-engine-key-0001", "vault_edge_api_keys": ["render-test-edge-key-0001"],
+             "vault_hf_token": "render-test-hf-token-0001"}
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"),
+               ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_LIBRARY=str(work / "library"))
+    proc = subprocess.run(["ansible-playbook", "-i", str(ROOT / "inventories" / inventory), str(work / "play.yml"),
+                           "-e", json.dumps(extra)], capture_output=True, text=True, env=env, check=False, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    files = {}
+    for host_dir in sorted(out.iterdir()):
+        files[host_dir.name] = {p.name: p.read_text(encoding="utf-8") for p in host_dir.iterdir()}
+    _RENDERED[inventory] = files
+    return files
+
+
+def _hosts(inventory):
+    data = yaml.safe_load((ROOT / "inventories" / inventory / "hosts.yml").read_text(encoding="utf-8"))
+    groups = {}
+
+    def walk(name, node):
+        node = node or {}
+        hosts = list((node.get("hosts") or {}).keys())
+        for child, sub in (node.get("children") or {}).items():
+            hosts += walk(child, sub)
+        groups[name] = sorted(set(groups.get(name, []) + hosts))
+        return hosts
+
+    walk("all", data["all"])
+    return groups
+
+
+def _hostvars(inventory):
+    """Each host's variables as hosts.yml gives them (merged over every group it appears in)."""
+    data = yaml.safe_load((ROOT / "inventories" / inventory / "hosts.yml").read_text(encoding="utf-8"))
+    out = {}
+
+    def walk(node):
+        node = node or {}
+        for name, hv in (node.get("hosts") or {}).items():
+            out.setdefault(name, {}).update(hv or {})
+        for sub in (node.get("children") or {}).values():
+            walk(sub)
+
+    walk(data["all"])
+    return out
+
+
+def _management(inventory, host):
+    return str(_hostvars(inventory)[host].get("ansible_host", host))
+
+
+def _fabric(inventory, host):
+    path = ROOT / "inventories" / inventory / "host_vars" / f"{host}.yml"
+    hv = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return [i for i in (hv or {}).get("network_interfaces", []) if i.get("role") == "fabric" and i.get("addresses")]
+
+
+def _replica(config_text):
+    """The replica named in the rendered config's header comment."""
+    match = re.search(r"^# vLLM serve configuration for replica (\S+), node", config_text, re.M)
+    assert match, config_text[:400]
+    return match.group(1)
+
+
+def _env(text):
+    return dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+
+
+@pytest.mark.parametrize("inventory", INVENTORIES)
+def test_every_host_renders(inventory, tmp_path_factory):
+    files = rendered(inventory, tmp_path_factory)
+    groups = _hosts(inventory)
+    for host in groups["vllm_nodes"]:
+        assert {"config.yaml", "vllm.env", "fabric.conf", "vllm.service"} <= set(files[host]), host
+        yaml.safe_load(files[host]["config.yaml"])
+    for host in groups["balancers"]:
+        assert "upstream" in files[host]["vllm-lb.conf"]
+    for host in groups["cluster"]:
+        assert "table inet" in files[host]["ruleset.nft"]
+    for host in groups["monitoring"]:
+        assert yaml.safe_load(files[host]["prometheus.yml"])["scrape_configs"]
+
+
+@pytest.mark.parametrize("inventory", INVENTORIES)
+def test_replicas_rendezvous_on_the_heads_fabric_address_with_every_hca(inventory, tmp_path_factory):
+    files = rendered(inventory, tmp_path_factory)
+    groups = _hosts(inventory)
+    replica_of = {h: _replica(files[h]["config.yaml"]) for h in groups["vllm_nodes"]}
+    head_of = {replica_of[h]: h for h in groups.get("vllm_heads", [])}
+    for host in groups["vllm_nodes"]:
+        cfg = yaml.safe_load(files[host]["config.yaml"])
+        fabric = _fabric(inventory, host)
+        env = _env(files[host]["vllm.env"])
+        conf = _env(files[host]["fabric.conf"])
+        if fabric:
+            own = fabric[0]["addresses"][0].split("/")[0]
+            assert env["VLLM_HOST_IP"] == own, host
+            assert conf["SOCKET_IFNAME"] == fabric[0]["name"], host
+            # every fabric interface's RoCE device (where its name gives one), or the inventory's own list
+            hcas = [h for h in conf["IB_HCA"].strip("'").split(",") if h]
+            derived = [cluster.cluster_rdma_device(i["name"]) for i in fabric]
+            assert hcas, (host, conf)
+            assert hcas == derived or not all(derived) or set(hcas) - set(derived), (host, hcas, derived)
+            assert conf["IB_GID_INDEX"] in ("''", ""), "NCCL picks the GID unless the user sets it"
+        if cfg.get("nnodes", 1) > 1:
+            head = head_of[replica_of[host]]
+            head_fabric = _fabric(inventory, head)
+            assert cfg["master-addr"] == head_fabric[0]["addresses"][0].split("/")[0], (host, cfg["master-addr"])
+            assert not cfg["master-addr"].startswith("10.0.0."), "the rendezvous must not cross the management link"
+
+
+def test_dgx_spark_two_tp2_replicas_on_the_fabric(tmp_path_factory):
+    files = rendered("dgx_spark", tmp_path_factory)
+    for host, rank, master in (("dgx1", 0, "192.168.100.11"), ("dgx2", 1, "192.168.100.11"),
+                               ("dgx3", 0, "192.168.100.13"), ("dgx4", 1, "192.168.100.13")):
+        cfg = yaml.safe_load(files[host]["config.yaml"])
+        assert (cfg["nnodes"], cfg["node-rank"], cfg["master-addr"], cfg["master-port"]) == (2, rank, master, 29501)
+        assert cfg.get("headless", False) is (rank == 1)
+        conf = _env(files[host]["fabric.conf"])
+        assert conf["IB_HCA"] == "rocep1s0f1,roceP2p1s0f1" and conf["SOCKET_IFNAME"] == "enp1s0f1np1"
+    env = _env(files["dgx2"]["vllm.env"])
+    assert env["VLLM_HOST_IP"] == "192.168.100.12" and "VLLM_API_KEY" not in env
+
+
+def test_dgx_spark_deepseek_v4_model_profile(tmp_path_factory):
+    files = rendered("dgx_spark", tmp_path_factory)
+    for host in ("dgx1", "dgx3"):
+        cfg = yaml.safe_load(files[host]["config.yaml"])
+        assert cfg["tokenizer-mode"] == "deepseek_v4"
+        assert cfg["reasoning-parser"] == "deepseek_v4" and cfg["tool-call-parser"] == "deepseek_v4"
+        assert cfg["enable-auto-tool-choice"] is True and cfg["trust-remote-code"] is True
+        assert cfg["speculative-config"]["method"] == "dspark"
+        assert cfg["speculative-config"]["num_speculative_tokens"] >= 5
+        assert cfg["kv-cache-dtype"] == "fp8_ds_mla" and cfg["block-size"] == 256
+        assert cfg["tensor-parallel-size"] == 2
+
+
+def test_dgx_spark_single_stages_the_draft_model(tmp_path_factory):
+    files = rendered("dgx_spark_single", tmp_path_factory)
+    for host in ("dgx1", "dgx2", "dgx3", "dgx4"):
+        cfg = yaml.safe_load(files[host]["config.yaml"])
+        stages = json.loads(files[host]["stages.json"])
+        draft = cfg["speculative-config"]["model"]
+        assert {s["what"]: s["dest"] for s in stages} == {"model": cfg["model"], "draft": draft}, stages
+        assert [s["stage"]["method"] for s in stages] == ["path", "path"]
+        assert _env(files[host]["fabric.conf"])["IB_HCA"] == "rocep1s0f1,roceP2p1s0f1"
+        assert "nnodes" not in cfg and "master-addr" not in cfg
+
+
+def test_nginx_and_prometheus_see_the_heads_only(tmp_path_factory):
+    for inventory in INVENTORIES:
+        files = rendered(inventory, tmp_path_factory)
+        groups = _hosts(inventory)
+        for lb in groups["balancers"]:
+            conf = files[lb]["vllm-lb.conf"]
+            upstream = re.findall(r"^\s*server\s+([0-9][^\s;]*)", conf, re.M)
+            mgmt = {h: _management(inventory, h) for h in groups["vllm_nodes"]}
+            assert sorted(upstream) == sorted(f"{mgmt[h]}:8000" for h in groups["vllm_heads"]), upstream
+        for mon in groups["monitoring"]:
+            prom = files[mon]["prometheus.yml"]
+            assert "render-test" not in prom  # no key in Prometheus's configuration
+            for head in groups["vllm_heads"]:
+                assert f"{head}:8000" in prom or f"{_management(inventory, head)}:8000" in prom, prom
+            for worker in groups.get("vllm_workers", []):
+                assert f"{worker}:8000" not in prom and f"{_management(inventory, worker)}:8000" not in prom
