@@ -53,7 +53,7 @@ play() {  # play NAME PLAYBOOK ARGS...: the run's output and rc
         >"$CAP/$name.log" 2>&1
     echo $? >"$CAP/$name.rc"
 }
-play nvidia_driver_check tests/gpu/nvidia_driver_check.yml
+NVIDIA_PROBE_DIR=$CAP play nvidia_driver_check tests/gpu/nvidia_driver_check.yml
 play nvidia_driver_check_999 tests/gpu/nvidia_driver_check.yml -e nvidia_driver_min_version=999
 play dspark_build_probe tests/gpu/dspark_build_probe.yml --tags dspark_build_preflight
 
