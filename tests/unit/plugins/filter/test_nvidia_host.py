@@ -123,3 +123,25 @@ def test_fabric_manager_on_debian_archive_is_refused_with_the_fix():
     plan = nh.nvidia_driver_plan(dict(BASE, distribution="Debian", secure_boot="disabled"))
     assert len(plan["errors"]) == 1 and "nvidia_driver_source=cuda_repo" in plan["errors"][0]
     assert "nvidia_driver_fabricmanager_packages" in plan["errors"][0]
+
+
+def test_real_h200_role_probe_and_plan_agree_with_the_filter():
+    # What the role's own probe printed on the real H200 and what the role decided there.
+    import json
+
+    facts = nh.nvidia_host_facts(read("h200_hw", "nvidia_driver_probe.txt"))
+    recorded = json.loads(read("h200_hw", "nvidia_driver_plan.json"))
+    assert facts == recorded["host"]
+    assert recorded["plan"]["modules"] == "dkms" and recorded["plan"]["fabricmanager"] is False
+
+
+def test_real_h200_checks_passed_and_the_impossible_minimum_failed():
+    assert read("h200_hw", "nvidia_driver_check.rc").strip() == "0"
+    log = read("h200_hw", "nvidia_driver_check.log")
+    assert "1 x NVIDIA H200, driver 580.159.04, CUDA 13.0" in log and "failed=0" in log
+    assert "Secure Boot legacy-bios, 0 NVSwitch(es)" in log
+    assert read("h200_hw", "nvidia_driver_check_999.rc").strip() != "0"
+    assert "driver 580.159.04 is older than the required 999" in read("h200_hw", "nvidia_driver_check_999.log")
+    probe = read("h200_hw", "dspark_build_probe.log")
+    assert read("h200_hw", "dspark_build_probe.rc").strip() == "0" and "failed=0" in probe
+    assert "TORCH_CUDA_ARCH_LIST=9.0" in probe and "'version': '13.0.88'" in probe
