@@ -91,7 +91,7 @@ def nvidia_driver_plan(settings):
 
     settings: distribution, source (distribution|cuda_repo), branch, flavor (open|proprietary),
     packages (the user's override), kernel_modules (auto|dkms|precompiled), secure_boot, kernel,
-    precompiled_kernel ('' = the running kernel), fabricmanager (auto|true|false), nvswitches (count),
+    precompiled_kernel ('' = the running kernel), fabricmanager (auto|always|never), nvswitches (count),
     fabricmanager_packages (the user's override).
     """
     s = dict(settings)
@@ -124,7 +124,7 @@ def nvidia_driver_plan(settings):
                     "nvidia-smi", "libcuda1", "nvidia-persistenced"]
     fm = s.get("fabricmanager", "auto")
     count = int(s.get("nvswitches") or 0)
-    fabricmanager = count > 0 if fm == "auto" else fm in (True, "true")
+    fabricmanager = count > 0 if fm == "auto" else fm == "always"
     fm_packages = []
     if fabricmanager:
         if s.get("fabricmanager_packages"):
