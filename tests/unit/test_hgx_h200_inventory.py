@@ -61,35 +61,17 @@ PLAY = """
             set _ = d.update({n: lookup('ansible.builtin.vars', n)}) %}{% endfor %}{{ d }}
       loop: "{{ role_names_under_test }}"
 
-    - name: dspark_build's preflight
+    - name: The preflight of every role that needs no device, on the hosts of its play
       ansible.builtin.include_role:
-        name: llmops.vllm_cluster.dspark_build
+        name: "llmops.vllm_cluster.{{ item.role }}"
         tasks_from: preflight
-      when: inventory_hostname in groups['vllm_nodes']
-
-    - name: vllm_service's preflight
-      ansible.builtin.include_role:
-        name: llmops.vllm_cluster.vllm_service
-        tasks_from: preflight
-      when: inventory_hostname in groups['vllm_nodes']
-
-    - name: nginx_lb's preflight
-      ansible.builtin.include_role:
-        name: llmops.vllm_cluster.nginx_lb
-        tasks_from: preflight
-      when: inventory_hostname in groups['balancers']
-
-    - name: firewall's preflight
-      ansible.builtin.include_role:
-        name: llmops.vllm_cluster.firewall
-        tasks_from: preflight
-      when: inventory_hostname in groups['cluster']
-
-    - name: monitoring's preflight
-      ansible.builtin.include_role:
-        name: llmops.vllm_cluster.monitoring
-        tasks_from: preflight
-      when: inventory_hostname in groups['monitoring']
+      loop:
+        - {role: dspark_build, group: vllm_nodes}
+        - {role: vllm_service, group: vllm_nodes}
+        - {role: nginx_lb, group: balancers}
+        - {role: firewall, group: cluster}
+        - {role: monitoring, group: monitoring}
+      when: inventory_hostname in groups[item.group]
 
     - name: The driver plan on an HGX H200 baseboard with Secure Boot
       ansible.builtin.copy:
