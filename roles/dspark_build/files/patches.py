@@ -1,5 +1,5 @@
-#!/usr/bin/env python3
-# Copyright: see LICENSE (Apache-2.0)
+# Copyright: llmops.vllm_cluster developers
+# Apache License 2.0 (see galaxy.yml)
 """Apply dspark_build's ordered patches to a scratch copy of the vLLM checkout, before any build.
 
 Usage: patches.py JSON, where JSON has src (the checkout), dest (the scratch copy to make),
@@ -21,7 +21,7 @@ IDENTITY = ['-c', 'user.name=llmops dspark_build', '-c', 'user.email=dspark-buil
 
 
 def git(repo, *args, check=True):
-    proc = subprocess.run(['git', '-C', repo] + IDENTITY + list(args), capture_output=True, text=True)
+    proc = subprocess.run(['git', '-C', repo] + IDENTITY + list(args), capture_output=True, text=True, check=False)
     if check and proc.returncode != 0:
         raise RuntimeError(message(proc))
     return proc
