@@ -1,8 +1,11 @@
-"""inventories/hgx_h200 from the inventory alone (every host runs with a local connection: the
-inventory's addresses are never contacted): the playbooks parse and list its hosts, every role's
-argument spec accepts its variables, the preflights of the roles that need no device pass, and on an
-HGX H200 baseboard with Secure Boot (a constructed probe) the driver plan is Canonical's signed
-modules plus NVIDIA Fabric Manager."""
+"""The GPU inventories from the inventory alone (every host runs with a local connection: the
+inventories' addresses are never contacted). inventories/hgx_h200: the playbooks parse and list its
+hosts; for it and the DGX Spark inventories, every role's argument spec accepts the variables, the
+preflights that need no device pass (nvidia_driver and container_toolkit read only this machine),
+and the decisions they take: on DGX OS (cluster_dgx_os) no driver install and the toolkit left to
+NVIDIA (no pin, no downgrade, no hold); on the H200 servers both managed, and on an HGX baseboard
+with Secure Boot (a constructed probe) the driver plan is Canonical's signed modules plus NVIDIA
+Fabric Manager."""
 import json
 import os
 import pathlib
@@ -15,6 +18,7 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INV = ROOT / "inventories" / "hgx_h200"
+GPU_INVENTORIES = ["dgx_spark", "dgx_spark_single", "hgx_h200"]
 ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "meta" / "argument_specs.yml").exists())
 
 FACTS_MODULE = '''#!/usr/bin/python
@@ -66,12 +70,24 @@ PLAY = """
         name: "llmops.vllm_cluster.{{ item.role }}"
         tasks_from: preflight
       loop:
+        - {role: nvidia_driver, group: gpu_nodes}
+        - {role: container_toolkit, group: gpu_nodes}
         - {role: dspark_build, group: vllm_nodes}
         - {role: vllm_service, group: vllm_nodes}
         - {role: nginx_lb, group: balancers}
         - {role: firewall, group: cluster}
         - {role: monitoring, group: monitoring}
       when: inventory_hostname in groups[item.group]
+
+    - name: Write what the GPU roles decided for this host
+      ansible.builtin.copy:
+        content: >-
+          {{ {'driver_install': nvidia_driver__do_install, 'dgx_os': nvidia_driver__dgx_os,
+              'toolkit_vendor_managed': container_toolkit__vendor_managed} | to_json }}
+        dest: "{{ out_dir }}/{{ inventory_hostname }}.decisions.json"
+        mode: "0600"
+      when: inventory_hostname in groups['gpu_nodes']
+      delegate_to: localhost
 
     - name: The driver plan on an HGX H200 baseboard with Secure Boot
       ansible.builtin.copy:
@@ -85,7 +101,7 @@ PLAY = """
         mode: "0600"
       vars:
         hgx: "{{ lookup('ansible.builtin.file', hgx_probe) | llmops.vllm_cluster.nvidia_host_facts }}"
-      when: inventory_hostname in groups['gpu_nodes']
+      when: inventory_hostname in groups['gpu_nodes'] and nvidia_driver_source is defined
       delegate_to: localhost
 """
 
@@ -116,6 +132,12 @@ def _groups():
     return groups
 
 
+def _failures(out):
+    """The failed tasks' blocks of a play's output (the first lines of each)."""
+    blocks = out.split("\n\n")
+    return "\n\n".join(b[:1500] for b in blocks if "fatal:" in b or "FAILED!" in b)[:8000]
+
+
 def _without_defaults(options):
     """A role's options without their defaults: the spec's defaults are templates of the role, checked
     by the role itself; here only what the inventory provides is validated."""
@@ -133,9 +155,9 @@ def _role_specs():
         encoding="utf-8"))["argument_specs"]["main"]["options"]) for role in ROLES}
 
 
-def _inventory_var_names():
+def _inventory_var_names(inv=INV):
     names = set()
-    for path in INV.rglob("*.yml"):
+    for path in inv.rglob("*.yml"):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         if path.name == "hosts.yml":
             continue
@@ -169,22 +191,41 @@ def test_same_groups_as_the_spark_inventory_one_tp8_replica_per_server():
     assert gpu["nvidia_driver_compute_capabilities"] == ["9.0"]
 
 
-def test_every_role_spec_and_preflight_pass(tmp_path):
+@pytest.mark.parametrize("inventory", GPU_INVENTORIES)
+def test_every_role_spec_and_preflight_pass(inventory, tmp_path):
+    inv = ROOT / "inventories" / inventory
     (tmp_path / "library").mkdir()
     (tmp_path / "library" / "inventory_facts.py").write_text(FACTS_MODULE, encoding="utf-8")
     (tmp_path / "play.yml").write_text(PLAY, encoding="utf-8")
     extra = {"repo_root": str(ROOT), "role_names_under_test": ROLES, "out_dir": str(tmp_path), "role_specs": _role_specs(),
-             "inventory_var_names": sorted(_inventory_var_names()),
+             "inventory_var_names": sorted(_inventory_var_names(inv)),
              "hgx_probe": str(ROOT / "tests" / "unit" / "fixtures" / "nvidia" / "constructed_hgx_probe.txt"),
              "ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
              "firewall_gather_facts": False, "vault_vllm_api_key": "preflight-test-engine-key-0001",
-             "vault_edge_api_keys": ["preflight-test-edge-key-0001"]}
-    proc = subprocess.run(["ansible-playbook", "-i", str(INV), str(tmp_path / "play.yml"), "-e", json.dumps(extra)],
+             "vault_edge_api_keys": ["preflight-test-edge-key-0001"], "vault_hf_token": "preflight-test-hf-token-0001",
+             # Asked to install, the driver role declines only for DGX OS.
+             "nvidia_driver_install": True}
+    if inventory.startswith("dgx_spark"):
+        # No GPU to ask here: the Sparks' source build gets its arch list instead of cuda_check's.
+        # (and the cores and memory MAX_JOBS is derived from, else the role would gather this machine's).
+        extra.update(cluster_has_gpu=False, dspark_build_torch_cuda_arch_list="12.1",
+                     ansible_processor_vcpus=20, ansible_memtotal_mb=124000)
+    proc = subprocess.run(["ansible-playbook", "-i", str(inv), str(tmp_path / "play.yml"), "-e", json.dumps(extra)],
                           capture_output=True, text=True, env=_env(tmp_path), check=False, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert "failed=0" in proc.stdout and "h200-1" in proc.stdout and "lb1" in proc.stdout
-    for host in ("h200-1", "h200-2"):
-        plan = json.loads((tmp_path / f"{host}.plan.json").read_text())
-        assert plan["errors"] == [] and plan["modules"] == "precompiled", plan
-        assert plan["packages"][0] == "linux-modules-nvidia-580-server-open-6.8.0-45-generic", plan
-        assert plan["fabricmanager"] is True and plan["fabricmanager_packages"] == ["nvidia-fabricmanager-580"]
+    assert proc.returncode == 0, _failures(proc.stdout) + proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "failed=0" in proc.stdout and "lb1" in proc.stdout
+    decisions = {p.name.split(".")[0]: json.loads(p.read_text()) for p in tmp_path.glob("*.decisions.json")}
+    assert decisions, proc.stdout[-3000:]
+    for host, made in decisions.items():
+        if inventory.startswith("dgx_spark"):
+            # DGX OS: NVIDIA's driver is not installed over, its toolkit is neither pinned nor held.
+            assert made == {"driver_install": False, "dgx_os": True, "toolkit_vendor_managed": True}, (host, made)
+        else:
+            assert made == {"driver_install": True, "dgx_os": False, "toolkit_vendor_managed": False}, (host, made)
+    if inventory == "hgx_h200":
+        assert sorted(decisions) == ["h200-1", "h200-2"]
+        for host in ("h200-1", "h200-2"):
+            plan = json.loads((tmp_path / f"{host}.plan.json").read_text())
+            assert plan["errors"] == [] and plan["modules"] == "precompiled", plan
+            assert plan["packages"][0] == "linux-modules-nvidia-580-server-open-6.8.0-45-generic", plan
+            assert plan["fabricmanager"] is True and plan["fabricmanager_packages"] == ["nvidia-fabricmanager-580"]
