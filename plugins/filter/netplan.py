@@ -10,6 +10,7 @@ Only Python's standard library (ipaddress), so the collection needs no ansible.u
   netplan_config(interfaces, bonds, renderer)        -> netplan document (dict)
   netplan_host_addresses(interfaces, bonds, roles)   -> [address without prefix, ...]
   netplan_static_addresses(document)                 -> "IFACE CIDR ..." lines (links without DHCP)
+  netplan_renderer(wanted, dgx_os, nm_active, host)  -> {renderer, error}: the host's own renderer kept
 """
 
 from __future__ import annotations
@@ -251,6 +252,23 @@ def netplan_static_addresses(document):
     return "\n".join(lines) + ("\n" if lines else "")
 
 
+def netplan_renderer(wanted, dgx_os=False, nm_active=False, host="this host"):
+    """The renderer to write: the host's own. `auto` is NetworkManager where it runs (DGX OS ships it),
+    else networkd; an explicit networkd where NetworkManager manages the interfaces is an error, since
+    both would configure the same ports."""
+    owner = "NetworkManager" if (dgx_os or nm_active) else "networkd"
+    if wanted in (None, "", "auto"):
+        return {"renderer": owner, "error": ""}
+    if wanted == "networkd" and owner == "NetworkManager":
+        why = "DGX OS (/etc/dgx-release) manages its network with NetworkManager" if dgx_os else \
+            "NetworkManager is active"
+        return {"renderer": wanted, "error": (
+            "network_renderer=networkd on %s: %s, and a networkd file would fight it for the same ports; "
+            "set network_renderer to auto or NetworkManager (valid: auto, networkd, NetworkManager), "
+            "nothing was changed" % (host, why))}
+    return {"renderer": wanted, "error": ""}
+
+
 class FilterModule(object):
     """Netplan validation and rendering filters."""
 
@@ -261,4 +279,5 @@ class FilterModule(object):
             "netplan_config": netplan_config,
             "netplan_host_addresses": netplan_host_addresses,
             "netplan_static_addresses": netplan_static_addresses,
+            "netplan_renderer": netplan_renderer,
         }

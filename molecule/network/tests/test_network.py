@@ -85,6 +85,28 @@ def test_bad_type_fails_argument_validation(host_a, run_role):
     assert rc != 0 and "network_renderer" in out and "networkd" in out
 
 
+def test_dgx_os_keeps_network_manager_and_refuses_networkd(host_a, run_role):
+    # A DGX OS stand-in: /etc/dgx-release on network-a (DGX OS runs NetworkManager).
+    before = _snapshot(host_a)
+    host_a.run("printf 'DGX_NAME=\"DGX Spark\"\\n' > /etc/dgx-release")
+    try:
+        rc, out = run_role("network-a", {"network_renderer": "networkd"})
+        assert rc != 0, out[-3000:]
+        assert "network_renderer=networkd on network-a: DGX OS (/etc/dgx-release) manages its network with " \
+               "NetworkManager" in " ".join(out.split()), out[-3000:]
+        assert _snapshot(host_a) == before
+        # auto writes NetworkManager's renderer (not applied here: the lab host runs networkd).
+        rc, out = run_role("network-a", {"network_apply": False})
+        assert rc == 0, out[-3000:]
+        assert "renderer: NetworkManager" in host_a.file("/etc/netplan/40-llmops.yaml").content_string
+    finally:
+        host_a.run("rm -f /etc/dgx-release")
+    rc, out = run_role("network-a", {})
+    assert rc == 0, out[-3000:]
+    assert "renderer: networkd" in host_a.file("/etc/netplan/40-llmops.yaml").content_string
+    assert _snapshot(host_a) == before
+
+
 def test_config_netplan_refuses_never_replaces_the_working_one(host_a, run_role):
     before = _snapshot(host_a)
     rc, out = run_role("network-a", {"network_interfaces": [

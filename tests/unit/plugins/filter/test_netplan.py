@@ -137,7 +137,7 @@ def test_render_is_valid_netplan_shape():
 def test_filter_module_exports():
     assert set(netplan.FilterModule().filters()) == {
         "netplan_errors", "netplan_duplicates", "netplan_config", "netplan_host_addresses",
-        "netplan_static_addresses"}
+        "netplan_static_addresses", "netplan_renderer"}
 
 
 def test_static_addresses_lists_static_links_only():
@@ -160,3 +160,23 @@ def test_static_addresses_accepts_netplan_mapping_form_and_empty():
     doc = {"network": {"ethernets": {"eth1": {"addresses": [{"10.0.0.5/24": {"label": "eth1:fab"}}]}}}}
     assert netplan.netplan_static_addresses(doc) == "eth1 10.0.0.5/24\n"
     assert netplan.netplan_static_addresses({"network": {"version": 2}}) == ""
+
+
+@pytest.mark.parametrize("wanted, dgx_os, nm_active, renderer, error", [
+    ("auto", False, False, "networkd", ""),
+    ("auto", True, False, "NetworkManager", ""),
+    ("auto", False, True, "NetworkManager", ""),
+    ("networkd", False, False, "networkd", ""),
+    ("NetworkManager", False, False, "NetworkManager", ""),
+    ("NetworkManager", True, True, "NetworkManager", ""),
+    ("networkd", True, False, "networkd", "DGX OS (/etc/dgx-release) manages its network with NetworkManager"),
+    ("networkd", False, True, "networkd", "NetworkManager is active"),
+])
+def test_renderer_keeps_the_hosts_own(wanted, dgx_os, nm_active, renderer, error):
+    out = netplan.netplan_renderer(wanted, dgx_os, nm_active, "spark1")
+    assert out["renderer"] == renderer
+    if error:
+        assert error in out["error"] and "network_renderer=networkd on spark1" in out["error"]
+        assert "valid: auto, networkd, NetworkManager" in out["error"]
+    else:
+        assert out["error"] == ""

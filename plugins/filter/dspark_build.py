@@ -1,0 +1,97 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmops.vllm_cluster developers
+# Apache License 2.0 (see galaxy.yml)
+"""Filters for the dspark_build role: the patches applied to a source build, and the pinned release.
+
+  dspark_patch_errors(patches, remote, active_release, method) -> [message, ...] (empty when valid)
+  dspark_patch_list(patches, patch_dir)                         -> [{name, file} | {name, commit}, ...]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+COMMIT_RE = re.compile(r"^[0-9a-f]{7,40}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")
+RELEASE_RE = re.compile(r"^vllm-[0-9a-f]{12}$")
+KEYS = ("name", "file", "commit")
+
+
+def _name(item, index):
+    """The name a patch is reported by: its `name`, else the file's base name, else the commit."""
+    if not isinstance(item, dict):
+        return "#%d" % index
+    return item.get("name") or os.path.basename(item.get("file") or "") or item.get("commit") or "#%d" % index
+
+
+def dspark_patch_errors(patches, remote="", active_release="", method="source"):
+    """Every problem with dspark_build_patches / dspark_build_patch_git_url / dspark_build_active_release."""
+    errors = []
+    if active_release and not RELEASE_RE.match(str(active_release)):
+        errors.append("dspark_build_active_release must be empty (the release the settings build) or a recorded "
+                      "release's name, vllm- and 12 hex digits (for example vllm-0123456789ab, as "
+                      "`ls /opt/vllm/releases` and the report list them); got '%s'" % active_release)
+    if not isinstance(patches, list):
+        return errors + ["dspark_build_patches must be a list of {name, file} or {name, commit} entries"]
+    if patches and method != "source":
+        errors.append("dspark_build_patches apply to source builds only (dspark_build_method=source); "
+                      "dspark_build_method is '%s'" % method)
+    names = []
+    for index, item in enumerate(patches):
+        where = "dspark_build_patches[%d] (%s)" % (index, _name(item, index))
+        if not isinstance(item, dict):
+            errors.append("%s must be a mapping with file or commit" % where)
+            continue
+        unknown = sorted(set(item) - set(KEYS))
+        if unknown:
+            errors.append("%s: unknown keys %s (valid: %s)" % (where, ", ".join(unknown), ", ".join(KEYS)))
+        has_file, has_commit = bool(item.get("file")), bool(item.get("commit"))
+        if has_file == has_commit:
+            errors.append("%s must have exactly one of file (a patch file on the controller) or commit "
+                          "(from dspark_build_patch_git_url)" % where)
+            continue
+        name = _name(item, index)
+        if not NAME_RE.match(name):
+            errors.append("%s: name must be letters, digits, '_', '.', '+', '-' (at most 100), got '%s'"
+                          % (where, name))
+        if name in names:
+            errors.append("%s: name '%s' is used twice" % (where, name))
+        names.append(name)
+        if has_file:
+            path = str(item["file"])
+            if not os.path.isabs(path):
+                errors.append("%s: file must be an absolute path on the controller (for example "
+                              "\"{{ inventory_dir }}/patches/%s\"), got '%s'" % (where, os.path.basename(path), path))
+            elif not os.path.isfile(path):
+                errors.append("%s: file %s does not exist on the controller" % (where, path))
+        else:
+            commit = str(item["commit"])
+            if not COMMIT_RE.match(commit):
+                errors.append("%s: commit must be 7 to 40 lower-case hex digits (a commit id), got '%s'"
+                              % (where, commit))
+            if not remote:
+                errors.append("%s: a commit needs dspark_build_patch_git_url (the git remote it is fetched from)"
+                              % where)
+    return errors
+
+
+def dspark_patch_list(patches, patch_dir):
+    """The ordered list the role's patch script applies: each file at its numbered copy on the host."""
+    out = []
+    for index, item in enumerate(patches or []):
+        if item.get("file"):
+            out.append({"name": _name(item, index), "file": "%s/%02d.patch" % (patch_dir, index)})
+        else:
+            out.append({"name": _name(item, index), "commit": str(item["commit"])})
+    return out
+
+
+class FilterModule(object):
+    """dspark_build filters."""
+
+    def filters(self):
+        return {
+            "dspark_patch_errors": dspark_patch_errors,
+            "dspark_patch_list": dspark_patch_list,
+        }

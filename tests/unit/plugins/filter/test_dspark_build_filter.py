@@ -1,0 +1,53 @@
+"""Unit tests for plugins/filter/dspark_build.py (patches and the pinned release)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "plugins", "filter", "dspark_build.py")
+_spec = importlib.util.spec_from_file_location("llmops_dspark_build_filter", os.path.abspath(_PATH))
+db = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(db)
+
+REMOTE = "https://git.example.invalid/vllm-gb10.git"
+
+
+@pytest.fixture
+def patch_file(tmp_path):
+    path = tmp_path / "0001-sm121.patch"
+    path.write_text("diff --git a/x b/x\n", encoding="utf-8")
+    return str(path)
+
+
+def test_valid_patches_and_release(patch_file):
+    patches = [{"file": patch_file}, {"name": "fork-fix", "commit": "0123abc"}]
+    assert db.dspark_patch_errors(patches, REMOTE, "vllm-0123456789ab", "source") == []
+    assert db.dspark_patch_list(patches, "/opt/vllm/build/patches") == [
+        {"name": "0001-sm121.patch", "file": "/opt/vllm/build/patches/00.patch"},
+        {"name": "fork-fix", "commit": "0123abc"},
+    ]
+
+
+@pytest.mark.parametrize("patches, remote, release, method, expected", [
+    ([{"name": "x"}], REMOTE, "", "source", "dspark_build_patches[0] (x) must have exactly one of file"),
+    ([{"file": "FILE", "commit": "0123abc"}], REMOTE, "", "source", "exactly one of file"),
+    ([{"commit": "main"}], REMOTE, "", "source", "commit must be 7 to 40 lower-case hex digits"),
+    ([{"commit": "0123abc"}], "", "", "source", "needs dspark_build_patch_git_url"),
+    ([{"file": "relative/x.patch"}], REMOTE, "", "source", "file must be an absolute path on the controller"),
+    ([{"file": "/nonexistent/x.patch"}], REMOTE, "", "source", "does not exist on the controller"),
+    ([{"file": "FILE", "url": "x"}], REMOTE, "", "source", "unknown keys url (valid: name, file, commit)"),
+    ([{"name": "a b", "commit": "0123abc"}], REMOTE, "", "source", "name must be letters"),
+    ([{"name": "a", "commit": "0123abc"}, {"name": "a", "commit": "0123abd"}], REMOTE, "", "source",
+     "name 'a' is used twice"),
+    ([{"file": "FILE"}], REMOTE, "", "wheel", "apply to source builds only"),
+    ([], "", "current", "source", "dspark_build_active_release must be empty"),
+    ([], "", "vllm-0123", "source", "vllm- and 12 hex digits"),
+    ("x.patch", "", "", "source", "dspark_build_patches must be a list"),
+])
+def test_each_problem_named(patch_file, patches, remote, release, method, expected):
+    if isinstance(patches, list):
+        patches = [{k: (patch_file if v == "FILE" else v) for k, v in p.items()} for p in patches]
+    errors = db.dspark_patch_errors(patches, remote, release, method)
+    assert any(expected in e for e in errors), errors
