@@ -61,12 +61,19 @@ class Client:
 
 @pytest.fixture(scope="session")
 def lb():
-    return Client(container_ip(LB))
+    """The API (TLS: the scenario serves TLS, and :80 only redirects to it)."""
+    return Client(container_ip(LB), 443, tls=True)
 
 
 @pytest.fixture(scope="session")
 def lb_tls():
     return Client(container_ip(LB), 443, tls=True)
+
+
+@pytest.fixture(scope="session")
+def lb_plain():
+    """Port 80 in clear: with TLS on, it only redirects."""
+    return Client(container_ip(LB))
 
 
 @pytest.fixture(scope="session")
