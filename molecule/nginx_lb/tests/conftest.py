@@ -44,6 +44,10 @@ class Client:
                   headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
         r = c.getresponse()
         first, events = None, []
+        if r.status != 200:  # an error answer (429, 401): a JSON body, not a stream
+            r.read()
+            c.close()
+            return r.status, dict(r.getheaders()), None, time.monotonic() - t0, events
         while True:
             line = r.fp.readline()
             if not line:
