@@ -142,7 +142,7 @@ def test_rate_limit_per_address_and_off_switch(lb, lb_host, client_host, run_con
     try:
         rc, out = run_converge({"nginx_lb_rate_limit_by": "address"})
         assert rc == 0, out[-3000:]
-        assert "limit_req_zone $binary_remote_addr" in lb_host.file(CONF).content_string
+        assert "limit_req_zone $binary_remote_addr zone=llmops_vllm_rl_address:" in lb_host.file(CONF).content_string
         counts, _unused, elapsed = _burst(lb, 300, EDGE_KEY)
         counts = counts[EDGE_KEY]
         measure("burst_per_address", sent=300, ok=counts[200], status_429=counts[429], seconds=round(elapsed, 2))
@@ -156,7 +156,9 @@ def test_rate_limit_per_address_and_off_switch(lb, lb_host, client_host, run_con
 
         rc, out = run_converge({"nginx_lb_rate_limit": False})
         assert rc == 0, out[-3000:]
-        assert "limit_req" not in lb_host.file(CONF).content_string
+        # Only the request rate is off: the failed-key throttle (its own zone) stays.
+        conf = lb_host.file(CONF).content_string
+        assert "_rl_" not in conf and "zone=llmops_vllm_auth_fail burst=" in conf, conf
         counts, _unused, elapsed = _burst(lb, 300, EDGE_KEY)
         counts = counts[EDGE_KEY]
         measure("burst_rate_limit_off", sent=300, ok=counts[200], status_429=counts[429], seconds=round(elapsed, 2))
