@@ -3,6 +3,7 @@
 import http.client
 import json
 import os
+import re
 import ssl
 import time
 
@@ -127,3 +128,9 @@ def upstream_of(headers):
 
 
 COMPLETION_BODY = {"model": "standin", "prompt": "Hello", "max_tokens": 4}
+
+
+def recap_changed(out, host=LB):
+    """The balancer's changed= count in a playbook's recap (None when it has no recap line)."""
+    match = re.search(r"%s\s*:\s*ok=\d+\s+changed=(\d+)" % re.escape(host), out)
+    return int(match.group(1)) if match else None

@@ -6,7 +6,6 @@ import concurrent.futures
 import http.client
 import json
 import os
-import re
 import socket
 import ssl
 import time
@@ -14,7 +13,7 @@ import warnings
 
 import pytest
 import yaml
-from conftest import CONF, EDGE_KEY, LB, measure
+from conftest import CONF, EDGE_KEY, LB, measure, recap_changed
 
 COMPLETION = {"model": "standin", "prompt": "Hello", "max_tokens": 4}
 KEY2 = "lab-edge-key-000000000002"
@@ -89,11 +88,6 @@ def _handshake(address, port, version):
                 return tls.version()
         except (ssl.SSLError, ConnectionResetError) as exc:
             return "refused: %s" % exc
-
-
-def _recap_changed(out, host=LB):
-    match = re.search(r"%s\s*:\s*ok=\d+\s+changed=(\d+)" % re.escape(host), out)
-    return int(match.group(1)) if match else None
 
 
 @pytest.mark.parametrize("path,method", [
@@ -178,7 +172,7 @@ def test_bad_rate_values_are_refused_before_any_change(lb_host, master_pid, run_
     before, pid = lb_host.file(CONF).sha256sum, master_pid()
     rc, out = run_converge(extra)
     assert rc != 0 and named in out, out[-3000:]
-    assert _recap_changed(out) == 0, out[-1500:]
+    assert recap_changed(out) == 0, out[-1500:]
     assert lb_host.file(CONF).sha256sum == before and master_pid() == pid
 
 

@@ -7,13 +7,11 @@ checked on the replicas themselves, not inferred from the answer."""
 import collections
 import concurrent.futures
 import http.client
-import re
-import socket
 import ssl
 import time
 
 import pytest
-from conftest import CONF, EDGE_KEY, LB
+from conftest import CONF, EDGE_KEY, LB, recap_changed
 
 COMPLETION = {"model": "standin", "prompt": "Hello", "max_tokens": 4}
 KEY2 = "lab-edge-key-000000000002"
@@ -114,7 +112,7 @@ def test_path_tricks_get_404_and_never_reach_a_replica(lb, lab_host):
     leaked = []
 
     def share(part):
-        client = RawClient(lb.address)
+        client = RawClient(lb.address, lb.port)
         try:
             return [(target,) + client.request(target) for target in TRICKS[part::4]]
         finally:
@@ -129,7 +127,7 @@ def test_path_tricks_get_404_and_never_reach_a_replica(lb, lab_host):
     for target, method in (("http://llm.lab.invalid/metrics/../v1/models", "GET"),
                            ("/invocations/../v1/completions", "POST"), ("/v1/../tokenize", "POST"),
                            ("/metrics/..%2fv1/models", "HEAD"), ("/metrics/../v1/models", "DELETE")):
-        status, headers, body = RawClient(lb.address).request(target, method=method)
+        status, headers, body = RawClient(lb.address, lb.port).request(target, method=method)
         answers[status] += 1
         if status not in (400, 404) or headers.get("X-Upstream"):
             leaked.append((target, method, status))
@@ -211,11 +209,6 @@ def test_one_key_cannot_hold_every_stream(lb):
     assert other[0] == 200, other
 
 
-def _recap_changed(out, host=LB):
-    match = re.search(r"%s\s*:\s*ok=\d+\s+changed=(\d+)" % re.escape(host), out)
-    return int(match.group(1)) if match else None
-
-
 @pytest.mark.parametrize("extra,named,rule", [
     ({"nginx_lb_api_keys": [EDGE_KEY, KEY2, EDGE_KEY]}, "nginx_lb_api_keys[2]", "same key as nginx_lb_api_keys[0]"),
     ({"nginx_lb_api_keys": [EDGE_KEY, "team-a-change-me-000001"]}, "nginx_lb_api_keys[1]", "placeholder word"),
@@ -231,6 +224,6 @@ def test_bad_keys_are_refused_before_nginx_without_showing_a_key(lab_host, maste
     for key in set(extra["nginx_lb_api_keys"]) | {"lab-backend-key-0000000001"}:
         assert key not in out, "a key is in the Ansible output"
     assert "nginx -t" not in out, "refused by nginx, not by the preflight"
-    assert _recap_changed(out) == 0, out[-1500:]
+    assert recap_changed(out) == 0, out[-1500:]
     assert lb1.file(CONF).sha256sum == before and lb1.file(keys_file).sha256sum == keys_before
     assert master_pid() == pid
