@@ -84,10 +84,11 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("X-Standin-Backend", NAME)
         self.end_headers()
+        pause = min(float(body.get("standin_pause", PAUSE)), 5.0)  # a test may hold a stream longer
         for i in range(CHUNKS):
             event = "data: " + json.dumps({"choices": [{"index": 0, "text": " t%d" % i}]}) + "\n\n"
             self._chunk(event.encode())
-            time.sleep(PAUSE)
+            time.sleep(pause)
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
 
