@@ -3,6 +3,7 @@
 import http.client
 import json
 import os
+import re
 import ssl
 import time
 
@@ -44,6 +45,10 @@ class Client:
                   headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
         r = c.getresponse()
         first, events = None, []
+        if r.status != 200:  # an error answer (429, 401): a JSON body, not a stream
+            r.read()
+            c.close()
+            return r.status, dict(r.getheaders()), None, time.monotonic() - t0, events
         while True:
             line = r.fp.readline()
             if not line:
@@ -61,12 +66,19 @@ class Client:
 
 @pytest.fixture(scope="session")
 def lb():
-    return Client(container_ip(LB))
+    """The API (TLS: the scenario serves TLS, and :80 only redirects to it)."""
+    return Client(container_ip(LB), 443, tls=True)
 
 
 @pytest.fixture(scope="session")
 def lb_tls():
     return Client(container_ip(LB), 443, tls=True)
+
+
+@pytest.fixture(scope="session")
+def lb_plain():
+    """Port 80 in clear: with TLS on, it only redirects."""
+    return Client(container_ip(LB))
 
 
 @pytest.fixture(scope="session")
@@ -116,3 +128,9 @@ def upstream_of(headers):
 
 
 COMPLETION_BODY = {"model": "standin", "prompt": "Hello", "max_tokens": 4}
+
+
+def recap_changed(out, host=LB):
+    """The balancer's changed= count in a playbook's recap (None when it has no recap line)."""
+    match = re.search(r"%s\s*:\s*ok=\d+\s+changed=(\d+)" % re.escape(host), out)
+    return int(match.group(1)) if match else None
