@@ -26,7 +26,8 @@ def test_engine_unit_requires_the_firewall_and_filters_addresses(lab_host):
     assert "llmops-firewall.service" in props["Requires"].split(), props
     assert "llmops-firewall.service" in props["After"].split(), props
     assert props["IPAddressDeny"] == "0.0.0.0/0 ::/0", props
-    allow = props["IPAddressAllow"].split()
+    # systemd prints single addresses with their prefix length (10.0.0.3/32)
+    allow = {a.split("/")[0] if a.endswith(("/32", "/128")) else a for a in props["IPAddressAllow"].split()}
     assert "127.0.0.0/8" in allow and "::1/128" in allow, allow
     lb_ip, other_head_ip = container_ip(LB), container_ip(HEADS[1])
     gateway = container_ip(HEADS[0]).rsplit(".", 1)[0] + ".1"
