@@ -92,3 +92,54 @@ def test_grafana_and_prometheus_on_loopback_by_default(defaults):
 
 def test_prometheus_web_config_only_with_basic_auth(changed):
     assert "--web.config.file=/etc/prometheus/web.yml" in changed["prometheus.default.j2"]
+
+
+VLLM_PLAY = """
+- name: Render the vllm_service role's unit
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  vars_files:
+    - {role}/defaults/main.yml
+    - {role}/vars/main.yml
+  tasks:
+    - name: Render
+      ansible.builtin.copy:
+        content: "{{{{ lookup('ansible.builtin.template', '{role}/templates/vllm.service.j2') }}}}"
+        dest: "{{{{ out_dir }}}}/vllm.service"
+        mode: "0600"
+"""
+VLLM_FACTS = {"vllm_service__is_head": True, "vllm_service__node_rank": 0,
+              "vllm_service__env_file": "/etc/vllm/vllm.env", "vllm_service__config_file": "/etc/vllm/config.yaml",
+              "vllm_service__ip_allow": ["10.0.0.1", "10.0.0.2", "10.0.0.10", "192.168.100.0/24", "fd00::10"]}
+
+
+def render_vllm(tmp_path, extra=None):
+    role = ROOT / "roles" / "vllm_service"
+    (tmp_path / "play.yml").write_text(VLLM_PLAY.format(role=role), encoding="utf-8")
+    extra_vars = dict(VLLM_FACTS, out_dir=str(tmp_path), ansible_python_interpreter=sys.executable)
+    extra_vars.update(extra or {})
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"),
+               ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", str(tmp_path / "play.yml"), "-e", json.dumps(extra_vars)],
+                          capture_output=True, text=True, env=env, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return (tmp_path / "vllm.service").read_text()
+
+
+def directives(unit, key):
+    return [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith(key + "=")]
+
+
+def test_vllm_unit_requires_the_firewall_and_filters_addresses(tmp_path):
+    unit = render_vllm(tmp_path)
+    assert directives(unit, "Requires") == ["llmops-firewall.service"]
+    assert "llmops-firewall.service" in directives(unit, "After")[0].split()
+    assert directives(unit, "IPAddressDeny") == ["any"]
+    assert directives(unit, "IPAddressAllow") == ["localhost"] + VLLM_FACTS["vllm_service__ip_allow"]
+
+
+def test_vllm_unit_without_the_firewall_layer(tmp_path):
+    unit = render_vllm(tmp_path, {"vllm_service_firewall_unit": "", "vllm_service_ip_filter": False})
+    assert not directives(unit, "Requires") and "firewall" not in directives(unit, "After")[0]
+    assert not directives(unit, "IPAddressDeny") and not directives(unit, "IPAddressAllow")
