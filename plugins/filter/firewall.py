@@ -10,6 +10,7 @@ Only Python's standard library (ipaddress), so the collection needs no ansible.u
   firewall_cidr_errors(values, name)         -> [message, ...] (empty when every entry is an address or network)
   firewall_split(values)                     -> {'v4': [...], 'v6': [...]} (collapsed; non-addresses skipped)
   firewall_plan(services, addresses_by_host) -> {'services': [...], 'errors': [...]}
+  firewall_ip_allow(services, names, extra)  -> ['10.0.0.10', '10.0.1.0/24', ...] for systemd IPAddressAllow=
 """
 
 from __future__ import annotations
@@ -145,6 +146,31 @@ def firewall_plan(services, addresses_by_host):
     return {"services": out, "errors": errors}
 
 
+def firewall_ip_allow(services, names=None, extra=None):
+    """The sources of the planned services called `names`, plus `extra`, as one collapsed list.
+
+    services: firewall_plan's services ({name, v4, v6, ...}); names: which of them (all when None);
+    extra: more sources, each a list of addresses/networks or a {'v4': [...], 'v6': [...]} split.
+    For a systemd unit's IPAddressAllow= (which filters the unit's own sockets in both directions),
+    from the same plan as the nftables table.
+    """
+    values = []
+    for svc in services or []:
+        if names is None or svc.get("name") in names:
+            values.extend(svc.get("v4") or [])
+            values.extend(svc.get("v6") or [])
+    for item in extra or []:
+        if isinstance(item, dict):
+            values.extend(item.get("v4") or [])
+            values.extend(item.get("v6") or [])
+        elif isinstance(item, (list, tuple)):
+            values.extend(item)
+        elif item:
+            values.append(item)
+    split = firewall_split(values)
+    return split["v4"] + split["v6"]
+
+
 class FilterModule(object):
     """Firewall validation and planning filters."""
 
@@ -154,4 +180,5 @@ class FilterModule(object):
             "firewall_cidr_errors": firewall_cidr_errors,
             "firewall_split": firewall_split,
             "firewall_plan": firewall_plan,
+            "firewall_ip_allow": firewall_ip_allow,
         }

@@ -20,7 +20,10 @@ PLAY = """
         tasks_from: preflight
     - name: Write the plan
       ansible.builtin.copy:
-        content: "{{ {'services': firewall__services, 'peers': firewall__peers} | to_json }}"
+        content: >-
+          {{ {'services': firewall__services, 'peers': firewall__peers,
+              'allow': firewall__plan.services | llmops.vllm_cluster.firewall_ip_allow(['engine_api', 'engine_distributed'],
+                                                                                     [firewall__peers, firewall__own])} | to_json }}
         dest: "{{ plan_dir }}/{{ inventory_hostname }}.json"
         mode: "0600"
       delegate_to: localhost
@@ -42,6 +45,7 @@ def plan(tmp_path, inventory, extra=None):
     for path in tmp_path.glob("*.json"):
         data = json.loads(path.read_text())
         out[path.stem] = ({s["name"]: s for s in data["services"]}, data["peers"])
+        out[path.stem + ".allow"] = data["allow"]
     return proc, out
 
 
@@ -57,7 +61,12 @@ def test_dgx_spark_two_tp2_replicas(tmp_path):
     assert out["dgx3"][1]["v4"] == ["10.0.0.4", "192.168.100.14", "192.168.101.14"]
     assert services["exporters"]["ports"] == [3903, 9100, 9113, 9400] and services["exporters"]["v4"] == ["10.0.0.10"]
     lb_services, lb_peers = out["lb1"]
-    assert set(lb_services) == {"exporters"} and lb_peers == {"v4": [], "v6": []}
+    assert set(lb_services) == {"exporters", "monitoring_ui"} and lb_peers == {"v4": [], "v6": []}
+    # Prometheus (on loopback by default) and Grafana: only from the monitoring hosts
+    assert lb_services["monitoring_ui"]["ports"] == [3000, 9090] and lb_services["monitoring_ui"]["v4"] == ["10.0.0.10"]
+    # The engine unit's IPAddressAllow= (vllm_service) from the same plan: the balancer/monitoring
+    # host, the replica peer by both its addresses and the node's own addresses; nobody else.
+    assert out["dgx1.allow"] == ["10.0.0.1", "10.0.0.2", "10.0.0.10", "192.168.100.11", "192.168.100.12"]
 
 
 def test_dgx_spark_single_has_no_peers(tmp_path):

@@ -10,6 +10,7 @@ from lab_testinfra import role_play
 
 HEAD, WORKER, BALANCER, THIRD = "firewall-head", "firewall-worker", "firewall-balancer", "firewall-third"
 API, MASTER, NODE_EXPORTER, OPEN = 8010, 29501, 9100, 8080
+LISTED, SSH_ALT, PRIVILEGED, PROMETHEUS, BALANCER_OPEN = 8088, 2022, 81, 9090, 8081
 RULESET = "/etc/llmops/firewall/llmops.nft"
 CONVERGE = role_play("firewall")
 
@@ -56,8 +57,10 @@ def sha(lab_host, path=RULESET, host=HEAD):
 def test_standin_listeners_answer_locally(lab_host):
     # Loopback is always allowed: the engine's own readiness checks (127.0.0.1) keep working, and
     # a refusal below is the firewall, not a missing listener.
-    for port in (API, MASTER, NODE_EXPORTER, OPEN):
+    for port in (API, MASTER, NODE_EXPORTER, OPEN, LISTED, SSH_ALT, PRIVILEGED):
         assert_open(lab_host, HEAD, "127.0.0.1", port)
+    for port in (PROMETHEUS, BALANCER_OPEN):
+        assert_open(lab_host, BALANCER, "127.0.0.1", port)
 
 
 def test_engine_api_only_from_balancer_and_monitoring(lab_host):
@@ -84,8 +87,27 @@ def test_master_port_only_from_the_replicas_peers(lab_host):
     assert_refused(lab_host, BALANCER, HEAD, MASTER)
 
 
-def test_other_ports_unchanged_by_default(lab_host):
-    assert_open(lab_host, THIRD, HEAD, OPEN)
+def test_privileged_ports_unchanged_by_default(lab_host):
+    assert_open(lab_host, THIRD, HEAD, PRIVILEGED)
+
+
+def test_unprivileged_ports_of_a_vllm_node_only_from_its_peers(lab_host):
+    # NCCL, Gloo and vLLM's ZMQ sockets listen on ephemeral ports of every interface: with the
+    # default accept policy only the replica's peers may open new connections to them.
+    assert_open(lab_host, WORKER, HEAD, OPEN)
+    rc = assert_refused(lab_host, THIRD, HEAD, OPEN)
+    assert rc == 7, "refused with a TCP reset (firewall_refuse_with=reject), got curl rc %s" % rc
+    assert_refused(lab_host, BALANCER, HEAD, OPEN)
+    # ...without locking out the ports the inventory lists, nor SSH on an unprivileged port.
+    assert_open(lab_host, THIRD, HEAD, LISTED)
+    assert_open(lab_host, THIRD, HEAD, SSH_ALT)
+    # The head's own connections keep working (the replies come back to its ephemeral ports).
+    assert_open(lab_host, HEAD, BALANCER, BALANCER_OPEN)
+
+
+def test_prometheus_port_only_from_the_monitoring_hosts(lab_host):
+    assert_refused(lab_host, THIRD, BALANCER, PROMETHEUS)
+    assert "tcp dport { 3000, 9090 } jump monitoring_ui" in table(lab_host, host=BALANCER)
 
 
 def test_ruleset_lists_the_sources(lab_host):
@@ -192,7 +214,7 @@ def test_default_drop_is_opt_in(lab_host, run_play):
     finally:
         res = run_play(CONVERGE, limit=HEAD)
     assert res.rc == 0, res
-    assert_open(lab_host, THIRD, HEAD, OPEN)
+    assert_open(lab_host, THIRD, HEAD, PRIVILEGED)
 
 
 def test_absent_removes_only_our_table(lab_host, run_play):

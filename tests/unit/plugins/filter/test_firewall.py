@@ -104,3 +104,20 @@ def test_plan_errors_name_the_variable(services, addresses, message):
 def test_same_port_on_tcp_and_udp_is_two_services():
     plan = fw.firewall_plan([svc(), svc("dns", [8000], [], protocol="udp")], {"lb1": ["10.0.0.10"]})
     assert plan["errors"] == []
+
+
+PLAN = [{"name": "engine_api", "v4": ["10.0.0.10", "10.8.0.0/24"], "v6": ["fd00::10"]},
+        {"name": "engine_distributed", "v4": ["10.0.0.2", "192.168.100.12"], "v6": []},
+        {"name": "exporters", "v4": ["10.0.0.9"], "v6": []}]
+
+
+def test_ip_allow_takes_the_named_services_and_extra_sources_collapsed():
+    allow = fw.firewall_ip_allow(PLAN, ["engine_api", "engine_distributed"],
+                                 [{"v4": ["192.168.100.12", "10.0.0.1"], "v6": ["fe80::1"]}, ["10.8.0.7"], []])
+    assert allow == ["10.0.0.1", "10.0.0.2", "10.0.0.10", "10.8.0.0/24", "192.168.100.12", "fd00::10", "fe80::1"]
+    assert "10.0.0.9" not in allow  # the exporters' sources are not the engine's
+
+
+def test_ip_allow_without_names_takes_every_service():
+    assert "10.0.0.9" in fw.firewall_ip_allow(PLAN)
+    assert fw.firewall_ip_allow([], ["engine_api"], None) == []
