@@ -238,7 +238,7 @@ def main():
         module.fail_json(msg='Invalid options: ' + '; '.join(problems))
     conn = http_options(module)
     resp = http_request(conn['base_url'] + params['metrics_path'], headers=conn['headers'], timeout=conn['timeout'],
-                        validate_certs=conn['validate_certs'], ca_path=conn['ca_path'])
+                        validate_certs=conn['validate_certs'], ca_path=conn['ca_path'], max_size=conn['max_size'])
     if resp['status'] != 200:
         module.fail_json(msg='GET %s answered %s' % (params['metrics_path'], resp['error'] or 'HTTP %s' % resp['status']),
                          status=resp['status'], body=truncate(resp['body']))
