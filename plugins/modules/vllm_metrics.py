@@ -20,6 +20,9 @@ description:
     accepted tokens, acceptance rate, mean accepted length = 1 + accepted / drafts).
   - Optional thresholds fail the task with the numbers.
   - Counters and histograms are totals since the server started.
+  - Samples of V(NaN), V(+Inf) or V(-Inf) (the text format allows them in any sample) are parsed; a
+    figure built from one (a sum, count, mean, quantile or ratio) is V(null), the other figures stand,
+    and a threshold on a V(null) figure fails saying it is not reported or not a finite number.
 author:
   - llmops.vllm_cluster developers (@llmops)
 extends_documentation_fragment:
