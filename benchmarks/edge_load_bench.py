@@ -146,21 +146,28 @@ async def one_stream(address, port, request, tokens, deadline, connecting, level
             writer.close()
 
 
+def tokens_for(concurrency, args):
+    """Tokens a stream of this level gets: --tokens, or more where starting every stream takes
+    longer than --tokens would last (--hold-ms per stream), so that they are all open at once."""
+    return max(args.tokens, -(-concurrency * args.hold_ms // args.gap_ms))
+
+
 async def run_level(address, port, key, concurrency, total, args):
     """total streams, concurrency at a time; returns the Level."""
-    body = json.dumps({"model": "standin", "prompt": "Hello", "max_tokens": args.tokens, "stream": True}).encode()
+    tokens = tokens_for(concurrency, args)
+    body = json.dumps({"model": "standin", "prompt": "Hello", "max_tokens": tokens, "stream": True}).encode()
     request = (b"POST /v1/completions HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer %s\r\n"
                b"Content-Type: application/json\r\nX-Tokens: %d\r\nX-Gap-Ms: %d\r\nConnection: close\r\n"
-               b"Content-Length: %d\r\n\r\n%s") % (key.encode(), args.tokens, args.gap_ms, len(body), body)
+               b"Content-Length: %d\r\n\r\n%s") % (key.encode(), tokens, args.gap_ms, len(body), body)
     level = Level()
     connecting = asyncio.Semaphore(args.connect_burst)
-    deadline = args.ttft + args.tokens * args.gap_ms / 1000.0 + args.slack
+    deadline = args.ttft + tokens * args.gap_ms / 1000.0 + args.slack
     queue = list(range(total))
 
     async def worker():
         while queue:
             queue.pop()
-            await one_stream(address, port, request, args.tokens, deadline, connecting, level)
+            await one_stream(address, port, request, tokens, deadline, connecting, level)
 
     await asyncio.gather(*(worker() for _unused in range(concurrency)))
     return level
@@ -183,7 +190,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--levels", default="1,64,512,4096", help="concurrencies, comma-separated")
     parser.add_argument("--samples", type=int, default=10, help="fewest streams per level (level 1 runs this many)")
-    parser.add_argument("--tokens", type=int, default=8, help="tokens per stream")
+    parser.add_argument("--tokens", type=int, default=8, help="tokens per stream (at least)")
+    parser.add_argument("--hold-ms", type=int, default=4,
+                        help="a level of N streams makes each last at least N times this (they must overlap)")
     parser.add_argument("--gap-ms", type=int, default=500, help="the stand-in's gap between tokens")
     parser.add_argument("--connect-burst", type=int, default=256, help="connects in progress at once")
     parser.add_argument("--suite", default="bookworm", choices=["bookworm", "trixie"])
@@ -195,8 +204,8 @@ def main():
     args.ttft = 0.05
     args.slack = 30.0
     levels = [int(x) for x in args.levels.split(",")]
-    if max(levels) > 8192 or args.tokens > 100 or args.samples > 1000:
-        raise SystemExit("bounded: at most 8192 streams at once, 100 tokens a stream, 1000 samples")
+    if max(levels) > 8192 or args.tokens > 100 or args.samples > 1000 or not 0 <= args.hold_ms <= 10:
+        raise SystemExit("bounded: at most 8192 streams at once, 100 tokens a stream, 1000 samples, --hold-ms 0-10")
     extra = {}
     for item in args.nginx_var:
         name, _sep, value = item.partition("=")
@@ -223,7 +232,7 @@ def main():
         log("balancer %s: %s" % (address, " | ".join(machine["balancer"].split("\n") + machine["sizing"].split("\n"))))
         for concurrency in levels:
             total = max(concurrency, args.samples)
-            result = {"concurrency": concurrency, "streams": total}
+            result = {"concurrency": concurrency, "streams": total, "tokens": tokens_for(concurrency, args)}
             for mode, port in (("direct", BACKEND_PORT), ("nginx", LB_PORT)):
                 backend_stats(address, reset=True)
                 t0 = time.monotonic()
@@ -250,8 +259,9 @@ def main():
         if not args.keep:
             lab("down", HOST)
     print()
-    print("Balancer's added latency (through nginx minus direct to the stand-in), ms; "
-          "%d tokens a stream, %d ms apart, first after %d ms" % (args.tokens, args.gap_ms, args.ttft * 1000))
+    print("Balancer's added latency (through nginx minus direct to the stand-in), ms; tokens %d ms apart, "
+          "the first after %d ms; %s tokens a stream" % (args.gap_ms, args.ttft * 1000,
+                                                         ", ".join("%d at %d" % (r["tokens"], r["concurrency"]) for r in rows)))
     print()
     print("| concurrency | streams held at once (nginx / backend) | errors (direct / nginx) "
           "| TTFT p50 direct / nginx / added | TTFT p99 direct / nginx / added "
