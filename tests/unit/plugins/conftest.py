@@ -84,6 +84,7 @@ class ServerState:
         self.redirects = {}             # path -> Location (302 for GET, 307 for POST)
         self.trickle = 0.0              # > 0: /metrics and streams send one byte every this many seconds
         self.trickle_bytes = 400        # how many bytes a trickled answer has in all
+        self.trickle_head = False       # trickle the status line and headers too
         self.chunked_metrics = False    # /metrics without Content-Length (read until the server closes)
         self.requests = []              # (method, path, body dict or None, headers)
         self.in_flight = 0
@@ -131,10 +132,14 @@ class Handler(BaseHTTPRequestHandler):
         """Headers at once, then the body one byte at a time (a slow or hostile server)."""
         st = self.state
         body = (prefix + b'x' * st.trickle_bytes)[:st.trickle_bytes]
-        self.send_response(200)
-        self.send_header('Content-Type', ctype)
-        self.send_header('Content-Length', str(len(body)))
-        self.end_headers()
+        if st.trickle_head:
+            body = (b'HTTP/1.1 200 OK\r\nContent-Type: %s\r\n' % ctype.encode()
+                    + b'X-Padding: %s\r\n' % (b'p' * st.trickle_bytes) + b'\r\n' + body)
+        else:
+            self.send_response(200)
+            self.send_header('Content-Type', ctype)
+            self.send_header('Content-Length', str(len(body)))
+            self.end_headers()
         try:
             for i in range(len(body)):
                 self.wfile.write(body[i:i + 1])

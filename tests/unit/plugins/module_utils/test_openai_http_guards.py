@@ -79,6 +79,16 @@ def test_trickled_body_stops_at_the_deadline(openai_server):
     assert elapsed < 1.5, elapsed
 
 
+def test_trickled_headers_stop_at_the_deadline(openai_server):
+    # The status line and headers themselves one byte every 50 ms (http.client reads them line by line).
+    openai_server.trickle = 0.05
+    openai_server.trickle_head = True
+    start = time.monotonic()
+    resp = oh.http_request(openai_server.base_url + '/health', timeout=1.0)
+    assert resp['status'] is None and resp['error'] == 'timeout'
+    assert time.monotonic() - start < 1.5
+
+
 def test_trickled_stream_stops_at_the_deadline(openai_server):
     openai_server.trickle = 0.05
     start = time.monotonic()
