@@ -187,7 +187,7 @@ def ms(value):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--levels", default="1,64,512,4096", help="concurrencies, comma-separated")
     parser.add_argument("--samples", type=int, default=10, help="fewest streams per level (level 1 runs this many)")
     parser.add_argument("--tokens", type=int, default=8, help="tokens per stream (at least)")
@@ -281,7 +281,7 @@ def main():
         " ".join("%.1f" % x for x in machine.get("load_after", ()))))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"machine": machine, "rows": rows, "args": {k: v for k, v in vars(args).items()}}, fh, indent=1)
+            json.dump({"machine": machine, "rows": rows, "args": vars(args)}, fh, indent=1)
     if problems:
         print("\nFAILED: " + "; ".join(problems))
         return 1

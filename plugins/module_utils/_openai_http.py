@@ -224,8 +224,7 @@ def read_lines(resp, deadline, read_timeout, limit=MAX_RESPONSE_SIZE):
     for data in _chunks(resp, deadline, read_timeout, limit):
         pending += data
         *lines, pending = pending.split(b'\n')
-        for line in lines:
-            yield line
+        yield from lines
     if pending:
         yield pending
 
