@@ -29,14 +29,22 @@ def test_nginx_conf_carries_the_sizing_and_passes_nginx_t(lb_host):
     assert lb_host.run("nginx -t -q").rc == 0
 
 
+def open_files(host, pid):
+    limits = host.file(f"/proc/{pid}/limits").content_string
+    return tuple(int(x) for x in re.search(r"^Max open files\s+(\d+)\s+(\d+)", limits, re.M).groups())
+
+
 def test_master_and_workers_may_open_that_many_files(lb_host, master_pid):
+    # Up to what the host allows systemd itself: a lab container inherits the hard limit of the
+    # podman that started it (20000 on the CI machine), a real host has 524288 or more.
+    ceiling = open_files(lb_host, 1)[1]
+    expected = min(RLIMIT, ceiling)
     pid = master_pid()
     workers = lb_host.check_output(f"ps -o pid= --ppid {pid}").split()
     assert workers
     for proc in [pid] + workers:
-        limits = lb_host.file(f"/proc/{proc}/limits").content_string
-        match = re.search(r"^Max open files\s+(\d+)\s+(\d+)", limits, re.M)
-        assert match and match.groups() == (str(RLIMIT), str(RLIMIT)), (proc, limits)
+        # Debian's unit alone: the master and workers keep systemd's soft limit of 1024.
+        assert open_files(lb_host, proc) == (expected, expected), (proc, ceiling)
 
 
 def test_balancer_holds_thousands_of_connections_at_once():
