@@ -23,7 +23,7 @@ SCENARIOS ?= $(CI_SCENARIOS)
 GATE := tests/gate.sh
 
 .PHONY: help venv collection lab-setup lab-images lab-vllm lab-up lab-down lab-status demo test lint yamllint \
-        ansible-lint sanity units integration molecule molecule-faults molecule-all build docs bench-cluster clean
+        ansible-lint sanity units integration molecule molecule-faults molecule-all build docs bench-cluster bench-edge clean
 
 help:
 	@sed -n '1,4p' Makefile
@@ -139,6 +139,12 @@ molecule-all:
 # BENCH_ARGS: e.g. --phases restart,change (benchmarks/cluster_bench.py --help).
 bench-cluster: collection lab-vllm lab-up
 	python3 benchmarks/cluster_bench.py $(BENCH_ARGS)
+
+# The load held by the balancer: 4,096 concurrent streams through nginx as nginx_lb configures it,
+# against a stand-in SSE backend, with the latency nginx adds (benchmarks/edge_load_bench.py; its
+# own lab network `bench-edge`, removed at the end; a few minutes; not part of `make test`).
+bench-edge: collection lab-images
+	python3 benchmarks/edge_load_bench.py $(BENCH_ARGS)
 
 clean: lab-down
 	rm -rf build .cache/collections

@@ -15,6 +15,9 @@ options:
       - Root URL of the server, for example C(http://127.0.0.1:8000) or the balancer's URL.
       - A trailing C(/v1) is accepted and removed; the modules add C(/health), C(/v1/models),
         C(/v1/chat/completions), C(/v1/completions) and C(/metrics) themselves.
+      - A redirect of a C(GET) to the same scheme, host and port is followed; a redirect to another
+        one is refused (the request fails, nothing is sent there), so that O(api_key) and
+        O(headers) never leave this origin.
     type: str
     required: true
   api_key:
@@ -25,6 +28,8 @@ options:
   headers:
     description:
       - Extra HTTP headers sent with every request.
+      - Treated as secrets (an C(Authorization) or tenant header) - their values are hidden from the
+        output and logs (C(no_log)), and like O(api_key) they are only sent to O(base_url)'s origin.
     type: dict
     default: {}
   validate_certs:
@@ -38,7 +43,15 @@ options:
     type: path
   request_timeout:
     description:
-      - Seconds one HTTP request may take (connect, and each read of a streamed answer).
+      - Seconds one HTTP request may take in all - connect, headers and the whole answer, a stream to
+        its end included. A server that sends a byte now and then cannot stretch it (the connection
+        is shut when the time is up).
     type: float
     default: 60
+  max_response_size:
+    description:
+      - Largest answer read, in bytes (a whole stream counts as one answer); a larger one fails the
+        request without reading further. At least 1024.
+    type: int
+    default: 33554432
 '''

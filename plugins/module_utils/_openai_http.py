@@ -4,25 +4,39 @@
 """HTTP for OpenAI-compatible servers: plain requests, and completions (streamed or not) with
 time-to-first-token measurement.
 
-Built on ansible.module_utils.urls.Request (proxies, validate_certs, ca_path as every other
-Ansible HTTP module). Nothing here ever puts the API key into a returned value or a message.
+Built on the standard library's urllib (the environment's proxies) with ansible.module_utils.urls'
+TLS context (validate_certs, ca_path as every other Ansible HTTP module), and three guards:
+
+- the API key and the extra headers go to base_url's origin only: a redirect to another scheme,
+  host or port is refused, not followed (a same-origin redirect of a GET is followed);
+- a response body (a whole stream included) is read up to a size limit, never further;
+- every request has a deadline that holds for connect, headers, body and stream alike: a watchdog
+  shuts the socket down when it passes, so a server that trickles a byte at a time cannot stretch it.
+
+Nothing here ever puts the API key into a returned value or a message.
 """
 
 from __future__ import annotations
 
+import functools
+import http.client
 import json
 import socket
 import ssl
 import threading
 import time
+import urllib.request
 from urllib.error import HTTPError, URLError
 from urllib.parse import urlsplit
 
-from ansible.module_utils.urls import Request, make_context
+from ansible.module_utils.urls import make_context
 
 BODY_LIMIT = 500
 APIS = ('chat', 'completion')
 API_PATHS = {'chat': '/v1/chat/completions', 'completion': '/v1/completions'}
+# Largest response body read (bytes) unless the caller says otherwise: a stream counts as one body.
+MAX_RESPONSE_SIZE = 32 * 1024 * 1024
+_READ_SIZE = 65536
 
 
 _CONTEXTS = {}
@@ -42,9 +56,193 @@ def _ssl_context(validate_certs, ca_path):
         return _CONTEXTS[key]
 
 
-def _open(url, data, headers, method, timeout, validate_certs, ca_path):
-    return Request().open(method, url, data=data, headers=headers, timeout=timeout, validate_certs=validate_certs,
-                          ca_path=ca_path, follow_redirects='safe', context=_ssl_context(validate_certs, ca_path))
+class ResponseTooLarge(Exception):
+    """The server sent more than the size limit."""
+
+
+class RedirectRefused(Exception):
+    """The server redirected to another origin; the request was not sent there."""
+
+
+def origin(url):
+    """(scheme, host, port) of a URL, the port filled in from the scheme."""
+    parts = urlsplit(url)
+    scheme = (parts.scheme or '').lower()
+    return scheme, (parts.hostname or '').lower(), parts.port or {'http': 80, 'https': 443}.get(scheme)
+
+
+class Deadline:
+    """The end of one request. A watchdog timer shuts the request's socket down when it passes:
+    a read blocked on a server that sends a byte now and then returns at once."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+        self.expired = False
+        self._socks = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(seconds, 0), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def remaining(self):
+        return self.end - time.monotonic()
+
+    def watch(self, sock):
+        with self._lock:
+            self._socks.append(sock)
+            expired = self.expired
+        if expired:
+            self._shutdown(sock)
+
+    @staticmethod
+    def _shutdown(sock):
+        try:
+            # The descriptor itself (for TLS too): a read blocked in another thread returns.
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        except (OSError, ValueError):
+            pass
+
+    def _fire(self):
+        with self._lock:
+            self.expired = True
+            socks = list(self._socks)
+        for sock in socks:
+            self._shutdown(sock)
+
+    def cancel(self):
+        self._timer.cancel()
+
+
+def _watched(base):
+    class Watched(base):  # pylint: disable=too-few-public-methods
+        def __init__(self, *args, **kwargs):
+            self._llmops_deadline = kwargs.pop('deadline')
+            super().__init__(*args, **kwargs)
+
+        def connect(self):
+            super().connect()
+            self._llmops_deadline.watch(self.sock)
+    return Watched
+
+
+_WatchedHTTPConnection = _watched(http.client.HTTPConnection)
+_WatchedHTTPSConnection = _watched(http.client.HTTPSConnection)
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline):
+        super().__init__()
+        self._deadline = deadline
+
+    def http_open(self, req):
+        return self.do_open(functools.partial(_WatchedHTTPConnection, deadline=self._deadline), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline, context):
+        super().__init__(context=context)
+        self._deadline = deadline
+        self._llmops_context = context
+
+    def https_open(self, req):
+        return self.do_open(functools.partial(_WatchedHTTPSConnection, deadline=self._deadline), req,
+                            context=self._llmops_context)
+
+
+class _RedirectHandler(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect of a GET or HEAD to the same origin only; anything else is answered as it
+    came (a POST's 3xx) or refused (another scheme, host or port: the key would go there too)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if origin(newurl) != origin(req.full_url):
+            fp.close()
+            target = urlsplit(newurl)
+            raise RedirectRefused('redirect refused: HTTP %s to another origin (%s://%s); the API key and headers '
+                                  'are only sent to base_url' % (code, target.scheme, target.netloc))
+        if req.get_method() not in ('GET', 'HEAD'):
+            raise HTTPError(req.full_url, code, msg, headers, fp)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _open(url, data, headers, method, deadline, validate_certs, ca_path, read_timeout=None):
+    """Send one request; returns the response (its socket watched by deadline). Raises HTTPError for
+    an HTTP error status, RedirectRefused, or the connection's error."""
+    context = _ssl_context(validate_certs, ca_path)
+    opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline, context), _RedirectHandler())
+    request = urllib.request.Request(url, data=data, headers=headers or {}, method=method)
+    timeout = max(min(read_timeout or deadline.seconds, deadline.remaining()), 0.001)
+    return opener.open(request, timeout=timeout)
+
+
+def _arm(resp, deadline, read_timeout):
+    """Bound the next socket read by the time left (and by read_timeout)."""
+    if deadline.remaining() <= 0:
+        raise socket.timeout('timed out')
+    sock = getattr(getattr(getattr(resp, 'fp', None), 'raw', None), '_sock', None)
+    if sock is not None:
+        try:
+            sock.settimeout(max(min(read_timeout, deadline.remaining()), 0.001))
+        except OSError:
+            pass
+
+
+def _chunks(resp, deadline, read_timeout, limit):
+    """The body in pieces as they arrive; raises ResponseTooLarge past limit bytes, socket.timeout
+    at the deadline."""
+    length = resp.headers.get('Content-Length') if resp.headers is not None else None
+    if length and length.isdigit() and int(length) > limit:
+        raise ResponseTooLarge('the response is %s bytes, more than the limit of %d (max_response_size)'
+                               % (length, limit))
+    read = getattr(resp, 'read1', None) or resp.read
+    total = 0
+    while True:
+        _arm(resp, deadline, read_timeout)
+        try:
+            data = read(_READ_SIZE)
+        except (OSError, ValueError, http.client.HTTPException):
+            if deadline.expired or deadline.remaining() <= 0:
+                raise socket.timeout('timed out')
+            raise
+        if deadline.expired:
+            raise socket.timeout('timed out')
+        if not data:
+            return
+        total += len(data)
+        if total > limit:
+            raise ResponseTooLarge('the response is larger than the limit of %d bytes (max_response_size)' % limit)
+        yield data
+
+
+def read_body(resp, deadline, read_timeout, limit=MAX_RESPONSE_SIZE):
+    return b''.join(_chunks(resp, deadline, read_timeout, limit))
+
+
+def read_lines(resp, deadline, read_timeout, limit=MAX_RESPONSE_SIZE):
+    """The body line by line (bytes, without the line end), within the same limits as read_body."""
+    pending = b''
+    for data in _chunks(resp, deadline, read_timeout, limit):
+        pending += data
+        *lines, pending = pending.split(b'\n')
+        yield from lines
+    if pending:
+        yield pending
+
+
+def _error_body(exc, deadline, read_timeout):
+    """A little of an error answer's body (for the message), within the deadline."""
+    try:
+        pieces = []
+        size = 0
+        for data in _chunks(exc.fp if getattr(exc, 'fp', None) is not None else exc, deadline, read_timeout,
+                            MAX_RESPONSE_SIZE):
+            pieces.append(data)
+            size += len(data)
+            if size >= 4 * BODY_LIMIT:
+                break
+        return b''.join(pieces)
+    except Exception:  # pylint: disable=broad-except
+        return b''
 
 
 def normalize_base_url(url):
@@ -96,6 +294,8 @@ def truncate(data, limit=BODY_LIMIT):
 def _error_text(exc):
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return 'timeout'
+    if isinstance(exc, (ResponseTooLarge, RedirectRefused)):
+        return str(exc)
     if isinstance(exc, URLError):
         reason = exc.reason
         if isinstance(reason, (socket.timeout, TimeoutError)):
@@ -110,33 +310,44 @@ def _error_text(exc):
     return '%s: %s' % (type(exc).__name__, exc)
 
 
-def http_request(url, method='GET', body=None, headers=None, timeout=30.0, validate_certs=True, ca_path=None):
+def http_request(url, method='GET', body=None, headers=None, timeout=30.0, validate_certs=True, ca_path=None,
+                 max_size=MAX_RESPONSE_SIZE, deadline=None):
     """One request. Returns {status, body (bytes), headers (lower-case keys), seconds, error}.
 
-    status is None when no HTTP answer came back (error says why: 'timeout', 'connection refused'...).
+    status is None when no HTTP answer came back (error says why: 'timeout', 'connection refused',
+    a refused redirect...). The whole request ends within timeout seconds (and by deadline, a
+    time.monotonic() value, when given); a body over max_size bytes is an error.
     """
     data = None
     if body is not None:
         data = json.dumps(body).encode('utf-8')
     start = time.monotonic()
+    if deadline is not None:
+        timeout = min(timeout, deadline - start)
+    watch = Deadline(timeout)
     result = {'status': None, 'body': b'', 'headers': {}, 'seconds': None, 'error': None}
     try:
-        resp = _open(url, data, headers, method, timeout, validate_certs, ca_path)
+        resp = _open(url, data, headers, method, watch, validate_certs, ca_path)
         try:
             result['status'] = resp.status if hasattr(resp, 'status') else resp.getcode()
             result['headers'] = dict((k.lower(), v) for k, v in resp.headers.items())
-            result['body'] = resp.read()
+            result['body'] = read_body(resp, watch, timeout, max_size)
         finally:
             resp.close()
     except HTTPError as exc:
         result['status'] = exc.code
         result['headers'] = dict((k.lower(), v) for k, v in (exc.headers or {}).items())
-        try:
-            result['body'] = exc.read()
-        except Exception:  # pylint: disable=broad-except
-            result['body'] = b''
+        result['body'] = _error_body(exc, watch, timeout)
     except Exception as exc:  # pylint: disable=broad-except
-        result['error'] = _error_text(exc)
+        error = 'timeout' if watch.expired else _error_text(exc)
+        if result['status'] is not None and error != 'timeout':
+            # An answer that could not be read whole is no answer.
+            error = 'the HTTP %s answer could not be read: %s' % (result['status'], error)
+        result['status'] = None
+        result['body'] = b''
+        result['error'] = error
+    finally:
+        watch.cancel()
     result['seconds'] = round(time.monotonic() - start, 4)
     return result
 
@@ -217,7 +428,8 @@ def _finish(result):
 
 
 def completion(base_url, api, model, prompt, max_tokens=16, stream=True, headers=None, timeout=60.0,
-               validate_certs=True, ca_path=None, upstream_header=None, extra_body=None):
+               validate_certs=True, ca_path=None, upstream_header=None, extra_body=None,
+               max_size=MAX_RESPONSE_SIZE, deadline=None):
     """Send one completion and measure it.
 
     Returns a dict: ok, status, error, ttft (seconds to the first generated text, or to the finish of
@@ -226,6 +438,8 @@ def completion(base_url, api, model, prompt, max_tokens=16, stream=True, headers
     number of streamed text chunks), prompt_tokens, text, role (the chat answer's author role, None
     for a plain completion), finish_reason, usage, upstream (value of
     upstream_header), body (truncated, on failure), tokens_per_second, decode_tokens_per_second.
+    The whole request, a stream to its end included, ends within timeout seconds (and by deadline,
+    a time.monotonic() value, when given); more than max_size bytes of answer is an error.
     """
     url = base_url + API_PATHS[api]
     body = completion_body(api, model, prompt, max_tokens, stream, extra_body)
@@ -236,7 +450,7 @@ def completion(base_url, api, model, prompt, max_tokens=16, stream=True, headers
     result = _new_result()
     start = time.monotonic()
     if not stream:
-        resp = http_request(url, 'POST', body, hdrs, timeout, validate_certs, ca_path)
+        resp = http_request(url, 'POST', body, hdrs, timeout, validate_certs, ca_path, max_size, deadline)
         result['latency'] = resp['seconds']
         result['status'] = resp['status']
         result['error'] = resp['error']
@@ -266,21 +480,23 @@ def completion(base_url, api, model, prompt, max_tokens=16, stream=True, headers
         return _finish(result)
 
     data = json.dumps(body).encode('utf-8')
+    if deadline is not None:
+        timeout = min(timeout, deadline - start)
+    watch = Deadline(timeout)
     try:
-        resp = _open(url, data, hdrs, 'POST', timeout, validate_certs, ca_path)
+        resp = _open(url, data, hdrs, 'POST', watch, validate_certs, ca_path)
     except HTTPError as exc:
         result['status'] = exc.code
         result['error'] = 'HTTP %s' % exc.code
         if upstream_header and exc.headers is not None:
             result['upstream'] = exc.headers.get(upstream_header)
-        try:
-            result['body'] = truncate(exc.read())
-        except Exception:  # pylint: disable=broad-except
-            result['body'] = None
+        result['body'] = truncate(_error_body(exc, watch, timeout)) or None
+        watch.cancel()
         result['latency'] = round(time.monotonic() - start, 4)
         return _finish(result)
     except Exception as exc:  # pylint: disable=broad-except
-        result['error'] = _error_text(exc)
+        result['error'] = 'timeout' if watch.expired else _error_text(exc)
+        watch.cancel()
         result['latency'] = round(time.monotonic() - start, 4)
         return _finish(result)
 
@@ -291,13 +507,7 @@ def completion(base_url, api, model, prompt, max_tokens=16, stream=True, headers
     done = False
     raw_tail = []
     try:
-        while True:
-            if time.monotonic() - start > timeout:
-                result['error'] = 'timeout: the stream was still open after %ss' % timeout
-                break
-            line = resp.readline()
-            if not line:
-                break
+        for line in read_lines(resp, watch, timeout, max_size):
             line = line.decode('utf-8', 'replace').strip()
             if not line or line.startswith(':'):
                 continue  # blank separator or SSE comment (keep-alive)
@@ -331,9 +541,17 @@ def completion(base_url, api, model, prompt, max_tokens=16, stream=True, headers
                     texts.append(piece)
                 if finish:
                     result['finish_reason'] = finish
+    except (socket.timeout, TimeoutError):
+        result['error'] = 'timeout: the stream was still open after %ss' % round(timeout, 3)
+    except ResponseTooLarge as exc:
+        result['error'] = 'stream broken: %s' % exc
     except Exception as exc:  # pylint: disable=broad-except
-        result['error'] = 'stream broken: %s' % _error_text(exc)
+        if watch.expired:
+            result['error'] = 'timeout: the stream was still open after %ss' % round(timeout, 3)
+        else:
+            result['error'] = 'stream broken: %s' % _error_text(exc)
     finally:
+        watch.cancel()
         resp.close()
     result['latency'] = round(time.monotonic() - start, 4)
     result['text'] = ''.join(texts)
@@ -358,10 +576,11 @@ def http_argument_spec():
     return dict(
         base_url=dict(type='str', required=True),
         api_key=dict(type='str', no_log=True),
-        headers=dict(type='dict', default={}),
+        headers=dict(type='dict', default={}, no_log=True),
         validate_certs=dict(type='bool', default=True),
         ca_path=dict(type='path'),
         request_timeout=dict(type='float', default=60.0),
+        max_response_size=dict(type='int', default=MAX_RESPONSE_SIZE),
     )
 
 
@@ -374,10 +593,13 @@ def http_options(module):
         module.fail_json(msg=str(exc))
     if params['request_timeout'] <= 0:
         module.fail_json(msg='request_timeout must be > 0 seconds, got %s' % params['request_timeout'])
+    if params['max_response_size'] < 1024:
+        module.fail_json(msg='max_response_size must be >= 1024 bytes, got %s' % params['max_response_size'])
     return {
         'base_url': base_url,
         'headers': build_headers(params.get('api_key'), params.get('headers')),
         'timeout': params['request_timeout'],
         'validate_certs': params['validate_certs'],
         'ca_path': params.get('ca_path'),
+        'max_size': params['max_response_size'],
     }

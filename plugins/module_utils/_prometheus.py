@@ -185,10 +185,31 @@ HISTOGRAMS = {
 MODEL_LABEL = 'model_name'
 
 
+def _finite(value):
+    return value is not None and not (isinstance(value, float) and (math.isnan(value) or math.isinf(value)))
+
+
 def _r(value, digits=6):
-    if value is None or (isinstance(value, float) and (math.isnan(value) or math.isinf(value))):
+    """A figure rounded; None for a missing one and for NaN, +Inf, -Inf (the text format allows them
+    in any sample; a figure built from one is not a number a threshold can compare)."""
+    if not _finite(value):
         return None
     return round(value, digits)
+
+
+def _int(value):
+    """A count as an int; None for a missing or non-finite one."""
+    return int(value) if _finite(value) else None
+
+
+def _sum(values):
+    """Sum of samples; NaN when one of them is NaN or they hold both +Inf and -Inf, as Prometheus sums."""
+    return math.fsum(values) if all(_finite(v) for v in values) else sum(values)
+
+
+def _max(values):
+    """Largest sample; NaN when one of them is NaN (Python's max() would depend on the order)."""
+    return math.nan if any(isinstance(v, float) and math.isnan(v) for v in values) else max(values)
 
 
 def _model_of(labels):
@@ -224,18 +245,20 @@ def vllm_summary(parsed):
     result = {}
     for model in sorted(models):
         figures = {}
+        reported = set()
         for key, names in list(GAUGES.items()) + list(COUNTERS.items()):
             series = pick(names)
             values = [v for labels, v in series or [] if _model_of(labels) == model]
+            if values:
+                reported.add(key)
             if not values:
                 figures[key] = None
             elif key == 'kv_cache_usage_perc':
                 # A fraction per engine: the fullest engine is what a threshold must see.
-                figures[key] = _r(max(values))
+                figures[key] = _r(_max(values))
             else:
-                figures[key] = _r(sum(values))
-        if figures['requests_success_total'] is not None:
-            figures['requests_success_total'] = int(figures['requests_success_total'])
+                figures[key] = _r(_sum(values))
+        figures['requests_success_total'] = _int(figures['requests_success_total'])
 
         for key, names in HISTOGRAMS.items():
             hist = {'count': None, 'sum': None, 'mean': None, 'p50': None, 'p90': None, 'p99': None}
@@ -250,18 +273,22 @@ def vllm_summary(parsed):
                         bound = parse_value(labels.get('le', ''))
                     except ValueError:
                         continue
+                    if math.isnan(bound):
+                        continue  # not a bucket bound
                     merged[bound] = merged.get(bound, 0.0) + value
                 buckets = sorted(merged.items())
                 counts = [v for labels, v in by_name.get(base + '_count', []) if _model_of(labels) == model]
                 sums = [v for labels, v in by_name.get(base + '_sum', []) if _model_of(labels) == model]
-                count = sum(counts) if counts else (buckets[-1][1] if buckets else None)
-                total = sum(sums) if sums else None
-                hist['count'] = int(count) if count is not None else None
+                count = _sum(counts) if counts else (buckets[-1][1] if buckets else None)
+                total = _sum(sums) if sums else None
+                hist['count'] = _int(count)
                 hist['sum'] = _r(total)
-                if count and total is not None:
+                if _finite(count) and count and _finite(total):
                     hist['mean'] = _r(total / count)
-                for label, q in (('p50', 0.5), ('p90', 0.9), ('p99', 0.99)):
-                    hist[label] = _r(histogram_quantile(q, buckets)) if buckets else None
+                # Quantiles only from finite bucket counts (a NaN or infinite count has no rank).
+                if buckets and all(_finite(c) for _bound, c in buckets):
+                    for label, q in (('p50', 0.5), ('p90', 0.9), ('p99', 0.99)):
+                        hist[label] = _r(histogram_quantile(q, buckets))
                 break
             figures[key] = hist
 
@@ -273,10 +300,10 @@ def vllm_summary(parsed):
         draft_tokens = figures['spec_decode_draft_tokens_total']
         accepted = figures['spec_decode_accepted_tokens_total']
         spec = {
-            'enabled': drafts is not None,
-            'drafts': int(drafts) if drafts is not None else None,
-            'draft_tokens': int(draft_tokens) if draft_tokens is not None else None,
-            'accepted_tokens': int(accepted) if accepted is not None else None,
+            'enabled': 'spec_decode_drafts_total' in reported,
+            'drafts': _int(drafts),
+            'draft_tokens': _int(draft_tokens),
+            'accepted_tokens': _int(accepted),
             'acceptance_rate': _r(accepted / draft_tokens, 4) if draft_tokens and accepted is not None else None,
             'mean_accepted_length': _r(1 + accepted / drafts, 4) if drafts and accepted is not None else None,
         }
@@ -293,7 +320,8 @@ def check_thresholds(figures, thresholds):
         if limit is None:
             return
         if value is None:
-            problems.append('%s: %s is not reported by the server (limit %s)' % (key, what, limit))
+            problems.append('%s: %s is not reported by the server, or not a finite number (limit %s)'
+                            % (key, what, limit))
         elif value > limit:
             problems.append('%s: %s is %s, limit %s' % (key, what, value, limit))
 

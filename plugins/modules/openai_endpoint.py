@@ -265,19 +265,24 @@ def _describe(resp):
     return 'HTTP %s' % resp['status']
 
 
-def attempt(params, conn, stages, state):
-    """One pass through the stages; raises StageFailure. Returns the completion result."""
+def attempt(params, conn, stages, state, deadline):
+    """One pass through the stages; raises StageFailure. Returns the completion result.
+
+    Every request ends within request_timeout and by deadline (the module's timeout).
+    """
     request_timeout = conn['timeout']
     if params['health_path']:
         resp = http_request(conn['base_url'] + params['health_path'], headers=conn['headers'],
-                            timeout=request_timeout, validate_certs=conn['validate_certs'], ca_path=conn['ca_path'])
+                            timeout=request_timeout, validate_certs=conn['validate_certs'], ca_path=conn['ca_path'],
+                            max_size=conn['max_size'], deadline=deadline)
         stages['health'] = {'status': resp['status'], 'seconds': resp['seconds'], 'error': resp['error']}
         if resp['status'] != 200:
             raise StageFailure('health', 'GET %s answered %s' % (params['health_path'], _describe(resp)),
                                resp['status'], truncate(resp['body']))
 
     resp = http_request(conn['base_url'] + '/v1/models', headers=conn['headers'], timeout=request_timeout,
-                        validate_certs=conn['validate_certs'], ca_path=conn['ca_path'])
+                        validate_certs=conn['validate_certs'], ca_path=conn['ca_path'], max_size=conn['max_size'],
+                        deadline=deadline)
     stages['models'] = {'status': resp['status'], 'seconds': resp['seconds'], 'error': resp['error']}
     if resp['status'] in (401, 403):
         raise StageFailure('models', 'GET /v1/models answered HTTP %s: the server wants a valid api_key'
@@ -302,7 +307,8 @@ def attempt(params, conn, stages, state):
 
     result = completion(conn['base_url'], params['api'], model, params['prompt'], params['max_tokens'],
                         params['stream'], conn['headers'], request_timeout, conn['validate_certs'],
-                        conn['ca_path'], extra_body=params['extra_body'])
+                        conn['ca_path'], extra_body=params['extra_body'], max_size=conn['max_size'],
+                        deadline=deadline)
     stages['completion'] = {'status': result['status'], 'seconds': result['latency'], 'error': result['error']}
     if result['status'] in (401, 403):
         raise StageFailure('completion', 'the completion answered HTTP %s: the server wants a valid api_key'
@@ -346,7 +352,7 @@ def main():
     while True:
         attempts += 1
         try:
-            result = attempt(params, conn, stages, state)
+            result = attempt(params, conn, stages, state, deadline)
             failure = None
             break
         except StageFailure as exc:

@@ -322,7 +322,7 @@ def run_load(conn, params, model):
             res = completion(conn['base_url'], params['api'], model, prompts[index % len(prompts)],
                              params['max_tokens'], params['stream'], conn['headers'], timeout,
                              conn['validate_certs'], conn['ca_path'], params['upstream_header'],
-                             params['extra_body'])
+                             params['extra_body'], max_size=conn['max_size'], deadline=deadline)
         finally:
             with lock:
                 state['in_flight'] -= 1
@@ -454,7 +454,7 @@ def main():
     model = params['model']
     if model is None:
         resp = http_request(conn['base_url'] + '/v1/models', headers=conn['headers'], timeout=conn['timeout'],
-                            validate_certs=conn['validate_certs'], ca_path=conn['ca_path'])
+                            validate_certs=conn['validate_certs'], ca_path=conn['ca_path'], max_size=conn['max_size'])
         ids = model_ids(resp['body']) if resp['status'] == 200 else None
         if not ids:
             module.fail_json(msg='model is not set and GET /v1/models gave no model (%s)'

@@ -20,6 +20,9 @@ description:
     accepted tokens, acceptance rate, mean accepted length = 1 + accepted / drafts).
   - Optional thresholds fail the task with the numbers.
   - Counters and histograms are totals since the server started.
+  - Samples of V(NaN), V(+Inf) or V(-Inf) (the text format allows them in any sample) are parsed; a
+    figure built from one (a sum, count, mean, quantile or ratio) is V(null), the other figures stand,
+    and a threshold on a V(null) figure fails saying it is not reported or not a finite number.
 author:
   - llmops.vllm_cluster developers (@llmops)
 extends_documentation_fragment:
@@ -260,7 +263,7 @@ def main():
         module.fail_json(msg='Invalid options: ' + '; '.join(problems))
     conn = http_options(module)
     resp = http_request(conn['base_url'] + params['metrics_path'], headers=conn['headers'], timeout=conn['timeout'],
-                        validate_certs=conn['validate_certs'], ca_path=conn['ca_path'])
+                        validate_certs=conn['validate_certs'], ca_path=conn['ca_path'], max_size=conn['max_size'])
     if resp['status'] != 200:
         module.fail_json(msg='GET %s answered %s' % (params['metrics_path'], resp['error'] or 'HTTP %s' % resp['status']),
                          status=resp['status'], body=truncate(resp['body']))

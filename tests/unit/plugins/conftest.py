@@ -4,8 +4,11 @@
 - `run_module`: runs a module's main() in-process with arguments, returns its JSON result.
 - `openai_server`: a real HTTP server on 127.0.0.1 (a thread) that speaks enough of the OpenAI/vLLM
   API (health, models, chat and text completions with server-sent events, metrics) for the modules'
-  HTTP logic, with switchable faults (503 at first, 401 without key, slow answers, broken streams).
+  HTTP logic, with switchable faults (503 at first, 401 without key, slow answers, broken streams,
+  redirects, answers that trickle a byte at a time, huge answers).
   It is a local stand-in for the real vLLM engine that tests/integration runs against.
+- `other_server`: a second one on another port (another origin), that records every request's
+  headers: where a redirect must not take the key.
 """
 from __future__ import annotations
 
@@ -78,6 +81,11 @@ class ServerState:
         self.completion_status = 200
         self.metrics = ''
         self.upstreams = []             # cycle through these names in X-Upstream
+        self.redirects = {}             # path -> Location (302 for GET, 307 for POST)
+        self.trickle = 0.0              # > 0: /metrics and streams send one byte every this many seconds
+        self.trickle_bytes = 400        # how many bytes a trickled answer has in all
+        self.trickle_head = False       # trickle the status line and headers too
+        self.chunked_metrics = False    # /metrics without Content-Length (read until the server closes)
         self.requests = []              # (method, path, body dict or None, headers)
         self.in_flight = 0
         self.max_in_flight = 0
@@ -110,9 +118,43 @@ class Handler(BaseHTTPRequestHandler):
             return True
         return self.headers.get('Authorization') == 'Bearer %s' % self.state.api_key
 
+    def _redirect(self, code):
+        location = self.state.redirects.get(self.path)
+        if location is None:
+            return False
+        self.send_response(code)
+        self.send_header('Location', location)
+        self.send_header('Content-Length', '0')
+        self.end_headers()
+        return True
+
+    def _trickle(self, ctype, prefix=b''):
+        """Headers at once, then the body one byte at a time (a slow or hostile server)."""
+        st = self.state
+        body = (prefix + b'x' * st.trickle_bytes)[:st.trickle_bytes]
+        if st.trickle_head:
+            body = (b'HTTP/1.1 200 OK\r\nContent-Type: %s\r\n' % ctype.encode()
+                    + b'X-Padding: %s\r\n' % (b'p' * st.trickle_bytes) + b'\r\n' + body)
+        else:
+            self.send_response(200)
+            self.send_header('Content-Type', ctype)
+            self.send_header('Content-Length', str(len(body)))
+            self.end_headers()
+        try:
+            for i in range(len(body)):
+                self.wfile.write(body[i:i + 1])
+                self.wfile.flush()
+                time.sleep(st.trickle)
+        except OSError:
+            pass  # the client gave up: what a trickled client should do
+
     def do_GET(self):
         st = self.state
         st.requests.append(('GET', self.path, None, dict(self.headers)))
+        if self._redirect(302):
+            return None
+        if st.trickle and self.path in ('/metrics', '/health'):
+            return self._trickle('text/plain')
         if self.path == '/health':
             with st.lock:
                 if st.health_failures > 0:
@@ -120,6 +162,19 @@ class Handler(BaseHTTPRequestHandler):
                     return self._send(503, {'error': 'loading'})
             return self._send(200, b'', 'text/plain')
         if self.path == '/metrics':
+            if st.chunked_metrics:
+                self.send_response(200)
+                self.send_header('Content-Type', 'text/plain; version=0.0.4')
+                self.send_header('Connection', 'close')
+                self.end_headers()
+                try:
+                    data = st.metrics.encode()
+                    for i in range(0, len(data), 65536):
+                        self.wfile.write(data[i:i + 65536])
+                except OSError:
+                    pass
+                self.close_connection = True
+                return None
             return self._send(200, st.metrics, 'text/plain; version=0.0.4')
         if self.path == '/v1/models':
             if not self._authorized():
@@ -136,6 +191,10 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get('Content-Length', '0'))
         body = json.loads(self.rfile.read(length) or b'{}')
         st.requests.append(('POST', self.path, body, dict(self.headers)))
+        if self._redirect(307):
+            return None
+        if st.trickle:
+            return self._trickle('text/event-stream', b'data: {"choices": [{"index": 0, "text": "')
         if self.path not in ('/v1/chat/completions', '/v1/completions'):
             return self._send(404, {'detail': 'Not Found'})
         if not self._authorized():
@@ -202,8 +261,7 @@ class StandinServer(ThreadingHTTPServer):
     daemon_threads = True
 
 
-@pytest.fixture
-def openai_server():
+def _serve():
     server = StandinServer(('127.0.0.1', 0), Handler)
     server.state = ServerState()
     server.state.base_url = 'http://127.0.0.1:%d' % server.server_address[1]
@@ -214,3 +272,13 @@ def openai_server():
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def openai_server():
+    yield from _serve()
+
+
+@pytest.fixture
+def other_server():
+    yield from _serve()

@@ -75,3 +75,22 @@ def test_bad_options(served, run_module, bad, words):
     result, failed = run_module(vllm_metrics, dict({'base_url': served.base_url}, **bad))
     assert failed and words in result['msg']
     assert served.requests == []
+
+
+def test_non_finite_samples_give_null_figures_not_a_traceback(openai_server, run_module):
+    # `_count +Inf`, `NaN` and `-Inf` are valid sample values of the text format.
+    openai_server.metrics = ('vllm:num_requests_waiting{model_name="m"} NaN\n'
+                             'vllm:num_requests_running{model_name="m"} -Inf\n'
+                             'vllm:request_success_total{model_name="m"} +Inf\n'
+                             'vllm:time_to_first_token_seconds_count{model_name="m"} +Inf\n'
+                             'vllm:time_to_first_token_seconds_sum{model_name="m"} NaN\n'
+                             'vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} +Inf\n'
+                             'vllm:generation_tokens_total{model_name="m"} 12\n')
+    result, failed = run_module(vllm_metrics, {'base_url': openai_server.base_url})
+    assert not failed, result
+    f = result['figures']
+    assert f['requests_waiting'] is None and f['requests_running'] is None and f['requests_success_total'] is None
+    assert f['ttft_seconds']['count'] is None and f['ttft_seconds']['p99'] is None
+    assert f['generation_tokens_total'] == 12 and result['parse_errors'] == []
+    result, failed = run_module(vllm_metrics, {'base_url': openai_server.base_url, 'max_requests_waiting': 5})
+    assert failed and 'not a finite number' in result['msg']
