@@ -65,8 +65,10 @@ def test_dgx_spark_two_tp2_replicas(tmp_path):
     # Prometheus (on loopback by default) and Grafana: only from the monitoring hosts
     assert lb_services["monitoring_ui"]["ports"] == [3000, 9090] and lb_services["monitoring_ui"]["v4"] == ["10.0.0.10"]
     # The engine unit's IPAddressAllow= (vllm_service) from the same plan: the balancer/monitoring
-    # host, the replica peer by both its addresses and the node's own addresses; nobody else.
-    assert out["dgx1.allow"] == ["10.0.0.1", "10.0.0.2", "10.0.0.10", "192.168.100.11", "192.168.100.12"]
+    # host, the replica peer by all its addresses (management, both fabric ports) and the node's own
+    # addresses; nobody else.
+    assert out["dgx1.allow"] == ["10.0.0.1", "10.0.0.2", "10.0.0.10", "192.168.100.11", "192.168.100.12",
+                                 "192.168.101.11", "192.168.101.12"]
 
 
 def test_dgx_spark_single_has_no_peers(tmp_path):

@@ -204,7 +204,10 @@ def test_every_role_spec_and_preflight_pass(inventory, tmp_path):
              "firewall_gather_facts": False, "vault_vllm_api_key": "preflight-test-engine-key-0001",
              "vault_edge_api_keys": ["preflight-test-edge-key-0001"], "vault_hf_token": "preflight-test-hf-token-0001",
              # Asked to install, the driver role declines only for DGX OS.
-             "nvidia_driver_install": True}
+             "nvidia_driver_install": True,
+             # The engine unit's required firewall unit is looked up with systemctl on the node; this
+             # machine has no systemd (the lookup is tested in molecule/vllm_service).
+             "vllm_service_firewall_unit": ""}
     if inventory.startswith("dgx_spark"):
         # No GPU to ask here: the Sparks' source build gets its arch list instead of cuda_check's.
         # (and the cores and memory MAX_JOBS is derived from, else the role would gather this machine's).
