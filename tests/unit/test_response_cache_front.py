@@ -153,3 +153,22 @@ def test_litellm_is_proxied_on_loopback_and_rate_limited(front):
     assert "limit_req zone=llmops_response_cache_rl" in text
     passes = [line.strip() for line in text.splitlines() if line.strip().startswith("proxy_pass")]
     assert len(passes) == len(ALLOWED) and all(p.startswith("proxy_pass http://127.0.0.1:") for p in passes), passes
+
+
+def test_with_tls_the_front_has_no_clear_text_port(tmp_path):
+    nginx = apt_tool("nginx", "nginx")
+    cert, key = tmp_path / "front.crt", tmp_path / "front.key"
+    made = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=front",
+                           "-keyout", str(key), "-out", str(cert)], capture_output=True, text=True, check=False)
+    assert made.returncode == 0, made.stderr
+    conf = render(str(tmp_path / "front.conf"), nginx_lb_tls=True, response_cache_tls_cert=str(cert),
+                  response_cache_tls_key=str(key), response_cache_upstream_url="http://127.0.0.1:9/v1")
+    text = open(conf, encoding="utf-8").read().replace("/var/log/nginx/", str(tmp_path) + "/")
+    listens = [line.strip() for line in text.splitlines() if line.strip().startswith("listen ")]
+    assert listens == ["listen 4000 ssl;"], listens
+    with open(conf, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    main = tmp_path / "nginx.conf"
+    main.write_text("pid %s/nginx.pid; error_log %s/error.log;\nevents {}\nhttp {\n  include %s;\n}\n" % (tmp_path, tmp_path, conf))
+    test = subprocess.run([nginx, "-t", "-p", str(tmp_path), "-c", str(main)], capture_output=True, text=True, check=False)
+    assert test.returncode == 0, test.stderr
