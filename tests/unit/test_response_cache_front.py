@@ -74,15 +74,20 @@ class StandIn(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def front(tmp_path_factory):
-    nginx = apt_tool("nginx", "nginx")
-    d = tmp_path_factory.mktemp("front")
-    backend, port = free_port(), free_port()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", backend), StandIn)
+def standin():
+    """The stand-in LiteLLM on a loopback port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def start_front(d, backend, **overrides):
+    """nginx with the rendered front on a free loopback port, proxying to BACKEND: (process, port, text)."""
+    nginx = apt_tool("nginx", "nginx")
+    port = free_port()
     conf = render(str(d / "front.conf"), response_cache_listen_address="127.0.0.1", response_cache_port=port,
-                  response_cache_gateway_port=backend, response_cache_rate_limit=1000,
-                  response_cache_upstream_url="http://127.0.0.1:9/v1")
+                  response_cache_gateway_port=backend, response_cache_upstream_url="http://127.0.0.1:9/v1", **overrides)
     text = open(conf, encoding="utf-8").read().replace("/var/log/nginx/", str(d) + "/")
     with open(conf, "w", encoding="utf-8") as fh:
         fh.write(text)
@@ -99,15 +104,23 @@ def front(tmp_path_factory):
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), 1).close()
-            break
+            return proc, port, text
         except OSError:
             assert proc.poll() is None and time.monotonic() < deadline, "nginx did not start: %s" % (
                 proc.stderr.read().decode() if proc.poll() is not None else "timeout")
             time.sleep(0.1)
-    yield port, text
+
+
+def stop(proc):
     proc.terminate()
     proc.wait(10)
-    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def front(tmp_path_factory, standin):
+    proc, port, text = start_front(tmp_path_factory.mktemp("front"), standin, response_cache_rate_limit=1000)
+    yield port, text
+    stop(proc)
 
 
 def send(port, method, path):
@@ -153,6 +166,17 @@ def test_litellm_is_proxied_on_loopback_and_rate_limited(front):
     assert "limit_req zone=llmops_response_cache_rl" in text
     passes = [line.strip() for line in text.splitlines() if line.strip().startswith("proxy_pass")]
     assert len(passes) == len(ALLOWED) and all(p.startswith("proxy_pass http://127.0.0.1:") for p in passes), passes
+
+
+def test_the_rate_limit_answers_429_before_litellm_sees_the_key(tmp_path, standin):
+    """Requests over the rate per client address, failed keys included, stop at the front."""
+    proc, port, _unused = start_front(tmp_path, standin, response_cache_rate_limit=1, response_cache_rate_limit_burst=2)
+    try:
+        del StandIn.seen[:]
+        codes = [send(port, "GET", "/v1/models")[0] for _unused in range(8)]
+    finally:
+        stop(proc)
+    assert codes.count(429) >= 4 and len(StandIn.seen) == codes.count(200) <= 4, codes
 
 
 def test_with_tls_the_front_has_no_clear_text_port(tmp_path):
