@@ -14,35 +14,14 @@ import sys
 
 import pytest
 import yaml
+from real_tools import ansible_bin as _ansible_bin  # tests/unit
+from real_tools import apt_tool as _apt_tool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "monitoring")
 RULES_TEMPLATE = os.path.join(ROLE, "templates", "llmops.rules.yml.j2")
 RULES_TESTS = os.path.join(ROOT, "tests", "unit", "rules", "llmops-alerts.test.yml")
 MTAIL_PROG_DIR = os.path.join(ROLE, "files", "mtail")
-
-
-def _apt_tool(binary, package):
-    """Path of a Debian-packaged tool, installing the package with apt-get when it is missing."""
-    found = shutil.which(binary) or (f"/usr/bin/{binary}" if os.path.exists(f"/usr/bin/{binary}") else None)
-    if found:
-        return found
-    if not shutil.which("apt-get"):
-        pytest.skip(f"{binary} is not installed and apt-get is not available to install Debian's '{package}' package")
-    if os.geteuid() != 0:
-        pytest.skip(f"{binary} is not installed; installing Debian's '{package}' package needs root (apt-get install {package})")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    apt = ["apt-get", "-o", "DPkg::Lock::Timeout=300", "-y", "-q"]
-    install = subprocess.run(apt + ["install", "--no-install-recommends", package], env=env,
-                             capture_output=True, text=True, check=False)
-    if install.returncode != 0:
-        subprocess.run(apt + ["update"], env=env, capture_output=True, text=True, check=False)
-        install = subprocess.run(apt + ["install", "--no-install-recommends", package], env=env,
-                                 capture_output=True, text=True, check=False)
-    assert install.returncode == 0, f"apt-get install {package} failed:\n{install.stdout[-2000:]}\n{install.stderr[-2000:]}"
-    found = shutil.which(binary) or f"/usr/bin/{binary}"
-    assert os.path.exists(found), f"Debian's {package} package did not provide {binary}"
-    return found
 
 
 @pytest.fixture(scope="session")
@@ -53,11 +32,6 @@ def promtool():
 @pytest.fixture(scope="session")
 def mtail():
     return _apt_tool("mtail", "mtail")
-
-
-def _ansible_bin():
-    local = os.path.join(os.path.dirname(sys.executable), "ansible")
-    return local if os.path.exists(local) else shutil.which("ansible")
 
 
 def render_rules(dest, **overrides):

@@ -11,18 +11,19 @@ searched for them:
 
 The rotated keys must then work (and the old ones not), and the lab keys are put back the same way.
 """
-import base64
 import http.client
 import json
 import secrets as pysecrets
 
 from conftest import EDGE_KEY, HEADS, LB, MODEL, REPO, VLLM_KEY, one_line
 from lab_testinfra import container_ip
+from leak_search import leaks as search_leaks  # tests/lab, on the verifier's PYTHONPATH
+from leak_search import touch_stamp
 
 HOSTS = HEADS + (LB,)
 # The only files a key may be in: the engine's environment file and the balancer's key map (the
 # edge keys and the key it sends the replicas).
-ALLOWED = {"/etc/vllm/vllm.env", "/etc/nginx/llmops/llmops-vllm-keys.conf"}
+ALLOWED = {path: "600 root root" for path in ("/etc/vllm/vllm.env", "/etc/nginx/llmops/llmops-vllm-keys.conf")}
 STAMP = "/run/llmops-leak-stamp"
 SITE = "- name: Site\n  ansible.builtin.import_playbook: %s/playbooks/site.yml\n" % REPO
 TAGS = ["--tags", "vllm_service,nginx_lb", "--diff", "-v"]
@@ -39,45 +40,11 @@ def status_with_key(key):
 
 
 def leaks(lab_host, words):
-    """{host: [(where, detail)]} for every place outside ALLOWED-as-0600 where a word shows up.
-
-    The words never go on a command line here (the search's own grep would find itself in
-    /proc/*/cmdline): they travel base64-encoded into a root-only file in /dev/shm (outside the
-    search) that grep reads with -f."""
-    encoded = base64.b64encode("\n".join(words).encode()).decode()
-
-    def search(h, command):
-        return h.run('w=$(mktemp /dev/shm/leak-words.XXXXXX) && echo %s | base64 -d > "$w" && { %s; }; rm -f "$w"'
-                     % (encoded, command)).stdout
-
-    found = {}
-    for name in HOSTS:
-        h = lab_host(name)
-        hits = []
-        files = search(h, "find / /run /tmp -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o "
-                          "-type f -newer %s -print0 | xargs -0 -r grep -l -a -F -f \"$w\" || true" % STAMP).split()
-        for path in files:
-            st = h.run("stat -c '%%a %%U %%G' %s", path).stdout.split()
-            if path not in ALLOWED or st != ["600", "root", "root"]:
-                hits.append(("file", f"{path} ({' '.join(st)})"))
-        journal = search(h, "journalctl --no-pager -o cat | grep -c -a -F -f \"$w\" || true").strip()
-        if journal not in ("", "0"):
-            hits.append(("journal", f"{journal} lines"))
-        cmdlines = search(h, "grep -l -a -F -f \"$w\" /proc/[0-9]*/cmdline 2>/dev/null || true").split()
-        for path in cmdlines:
-            # Name the process: its command line, the key shown only by its length.
-            shown = h.run("tr '\\0' ' ' < %s", path).stdout
-            for word in words:
-                shown = shown.replace(word, f"<key:{len(word)}>")
-            hits.append(("command line", f"{path}: {shown[:200]}"))
-        if hits:
-            found[name] = hits
-    return found
+    return search_leaks(lab_host, HOSTS, words, ALLOWED, STAMP)
 
 
 def rotate(run_play, lab_host, edge, vllm):
-    for name in HOSTS:
-        lab_host(name).check_output("touch %s", STAMP)
+    touch_stamp(lab_host, HOSTS, STAMP)
     res = run_play(SITE, extra_vars={"lab_edge_api_key": edge, "lab_vllm_api_key": vllm}, args=TAGS, timeout=1500)
     return res
 

@@ -1,6 +1,7 @@
 """HTTP helpers for the response_cache verify step: real requests from this machine to the lab
-balancer's gateway (LiteLLM on :4000) and to the head's real vLLM engine (/metrics), both containers
-on the podman network this molecule run created."""
+balancer's cache front (nginx on :4000, in front of LiteLLM on the balancer's loopback :4001) and to
+the head's real vLLM engine (/metrics), both containers on the podman network this molecule run
+created; and requests made on a lab host itself (its loopback, or another host's address)."""
 import http.client
 import json
 import re
@@ -16,7 +17,8 @@ TENANT_B = "lab-cache-tenant-b-000001"
 METRICS_KEY = "lab-cache-metrics-0000001"
 REDIS_PASSWORD = "lab-redis-password-00001"
 MODEL = "tiny-llama"
-GATEWAY_PORT = 4000
+GATEWAY_PORT = 4000   # the front (nginx)
+LITELLM_PORT = 4001   # LiteLLM itself, on the balancer's loopback
 
 
 def call(address, port, method, path, body=None, headers=None, timeout=60):
@@ -74,6 +76,29 @@ class Engine:
         assert status == 200
         pattern = r'^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$'
         return sum(float(m) for m in re.findall(pattern, data.decode(), re.M))
+
+
+# Runs on a lab host: one HTTP request, prints the status (or "refused: ..." when nothing answers).
+_ON_HOST = r"""
+import http.client, sys
+host, port, method, path, body, key = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
+try:
+    c = http.client.HTTPConnection(host, port, timeout=20)
+    c.request(method, path, body=body or None,
+              headers=dict({"Content-Type": "application/json"}, **({"Authorization": "Bearer " + key} if key else {})))
+    r = c.getresponse()
+    print(r.status, r.read()[:300].decode(errors="replace"))
+except OSError as e:
+    print("refused:", e)
+"""
+
+
+def call_on_host(host, address, port, method, path, key=None, body=None):
+    """(status or None when nothing answered, text) of a request made on lab HOST to address:port."""
+    out = host.run("python3 -c %s %s %s %s %s %s %s", _ON_HOST, address, str(port), method, path,
+                   json.dumps(body) if body is not None else "", key or "").stdout.strip()
+    first = out.split(" ", 1)
+    return (int(first[0]) if first[0].isdigit() else None), out
 
 
 def unique_prompt(label):

@@ -103,11 +103,12 @@ def test_hits_and_misses_are_on_metrics_for_prometheus_only(gateway, engine):
     assert metric_value(text, "llmops_response_cache_requests_total", decision="not_deterministic") >= 1
     assert metric_value(text, "llmops_response_cache_requests_total", decision="stream") >= 1
     assert metric_value(text, "litellm_cache_hits_metric_total") >= 1
-    # Tenants cannot read /metrics (it names every tenant); the metrics key cannot call the API.
+    # Tenants cannot read /metrics (it names every tenant: LiteLLM's metrics middleware answers
+    # 401 to any refusal); the metrics key cannot call the API (a known key off its route: 403).
     assert gateway.metrics(key=TENANT_A)[0] == 401
     assert gateway.metrics(key=None)[0] == 401
     status, _unused, _unused = gateway.post("/v1/completions", {"model": MODEL, "prompt": "x"}, key="lab-cache-metrics-0000001")
-    assert status == 401
+    assert status == 403
     status, _unused, _unused = gateway.post("/v1/completions", {"model": MODEL, "prompt": "x"}, key="not-a-tenant-key-000000")
     assert status == 401
 

@@ -7,9 +7,12 @@ LiteLLM does the caching itself (its Redis cache: lookup, store, TTL). This modu
 LiteLLM from its config directory, decides what may be cached and under which key, where
 LiteLLM's defaults are not safe for a shared endpoint:
 
-- auth(request, api_key): LiteLLM's `custom_auth` hook. Tenants are the keys in tenants.json
-  (sha256 of the bearer token -> tenant name); anything else is refused (401). The tenant named
-  `metrics:prometheus` may read /metrics and nothing else.
+- auth(request, api_key): LiteLLM's `custom_auth` hook, which LiteLLM calls for every
+  authenticated route (its admin routes too: /cache/*, /key/*, /model/*, /config/*, /spend/*, ...)
+  and whose answer it trusts without checks of its own. Tenants are the keys in tenants.json
+  (sha256 of the bearer token -> tenant name); anything else is refused (401). A tenant may call
+  the OpenAI routes of TENANT_ROUTES only, the tenant named `metrics:prometheus` /metrics only;
+  any other route is refused (403): an allowlist, so a route a new LiteLLM adds stays closed.
 - CachePolicy.async_pre_call_hook: runs before every request. It drops any cache control the
   client sent in the body (`cache`, `ttl`: a client must not pick another tenant's namespace or
   keep entries forever) and then either
@@ -44,6 +47,9 @@ PROXY_FIELDS = frozenset((
     "litellm_logging_obj", "user_api_key_dict", "cache", "ttl", "litellm_parent_otel_span",
 ))
 CACHEABLE_CALLS = frozenset(("completion", "acompletion", "text_completion", "atext_completion"))
+# The only routes a tenant key may call (exact paths, as the proxy routes them).
+TENANT_ROUTES = frozenset(("/v1/completions", "/v1/chat/completions", "/v1/models"))
+METRICS_ROUTE = "/metrics"
 
 
 def _load(name, default):
@@ -91,22 +97,43 @@ def _tenant_of(token):
     return TENANTS.get(hashlib.sha256(token.encode()).hexdigest())
 
 
-def _refuse(message):
-    return ProxyException(message=message, type=ProxyErrorTypes.auth_error, param="Authorization", code=401)
+def _refuse(message, code=401):
+    return ProxyException(message=message, type=ProxyErrorTypes.auth_error, param="Authorization", code=code)
+
+
+def request_route(scope):
+    """The path the proxy routes a request on: the ASGI scope's path less its root path (as
+    Starlette's router and LiteLLM's own checks see it). Not request.url.path: Starlette rebuilds
+    that from the Host header, and a malformed Host turns it into "/"."""
+    path = str((scope or {}).get("path") or "")
+    root = str((scope or {}).get("root_path") or "").rstrip("/")
+    if root and (path == root or path.startswith(root + "/")):
+        path = path[len(root):] or "/"
+    return path
+
+
+def route_allowed(tenant, route):
+    """True when TENANT may call ROUTE: the metrics key /metrics only, a tenant TENANT_ROUTES only
+    (not /metrics: it names every tenant), nobody else anything."""
+    if tenant is None:
+        return False
+    if tenant == METRICS_TENANT:
+        return route == METRICS_ROUTE or route.startswith(METRICS_ROUTE + "/")
+    return route in TENANT_ROUTES
 
 
 async def auth(request, api_key):
-    """LiteLLM custom_auth: a tenant key for the API, the metrics key for /metrics only; else 401."""
+    """LiteLLM custom_auth: 401 without a known key, 403 for a known key outside its routes."""
     token = (api_key or "").strip()
     if token.lower().startswith("bearer "):
         token = token[7:].strip()
     tenant = _tenant_of(token) if token else None
-    path = request.url.path if request is not None else ""
-    if (tenant == METRICS_TENANT) != path.startswith("/metrics") and tenant is not None:
-        # The metrics key reads /metrics only; tenants do not read /metrics (it names every tenant).
-        raise _refuse("this key is not allowed on %s" % path)
     if tenant is None:
         raise _refuse("invalid or missing API key (Authorization: Bearer KEY)")
+    route = request_route(getattr(request, "scope", None))
+    if not route_allowed(tenant, route):
+        LOG.warning("response_cache: refused %s for tenant=%s (not an allowed route)", route[:200], tenant)
+        raise _refuse("this key is not allowed on this route", code=403)
     return UserAPIKeyAuth(api_key=hashlib.sha256(token.encode()).hexdigest(), user_id=tenant, key_alias=tenant)
 
 
