@@ -61,7 +61,9 @@ def test_every_relative_link_in_the_docs_resolves():
 
 
 def test_the_collection_never_points_at_files_outside_it():
-    """FACTS.md and the seed articles are not part of the collection: the facts users need are in docs/."""
-    proc = subprocess.run(["git", "grep", "-n", "-I", "FACTS.md", "--", ".", ":!tests/unit/test_docs.py"],
+    """The builders' facts page and the seed articles are not part of the collection: the facts users
+    need are in docs/. The name is assembled here so that this file does not hold it either."""
+    name = "FACTS" + ".md"
+    proc = subprocess.run(["git", "grep", "-n", "-I", name, "--", "."],
                           cwd=ROOT, capture_output=True, text=True, check=False)
     assert proc.returncode == 1 and not proc.stdout, proc.stdout
