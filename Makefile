@@ -128,14 +128,14 @@ molecule: collection lab-images lab-vllm
 	python3 tests/molecule_lanes.py $(MOLECULE_LANES) $(SCENARIOS)
 
 # molecule/cluster with its fault tests under load, the rolling change and the secrets search
-# (issue 8; about 35 min alone on 2 cores): not in `make test`, for CI's time.
+# (about 35 min alone on 2 cores): not in `make test`, for CI's time.
 molecule-faults:
 	LLMOPS_CLUSTER_FAULTS=1 $(MAKE) --no-print-directory molecule SCENARIOS=cluster MOLECULE_LANES=1
 
 molecule-all:
 	$(MAKE) --no-print-directory molecule SCENARIOS="$(ALL_SCENARIOS)"
 
-# Issue 6's cluster benchmark and zero-failure rolling-upgrade test (long: not part of `make test`).
+# The cluster benchmark and zero-failure rolling-upgrade test (long: not part of `make test`).
 # BENCH_ARGS: e.g. --phases restart,change (benchmarks/cluster_bench.py --help).
 bench-cluster: collection lab-vllm lab-up
 	python3 benchmarks/cluster_bench.py $(BENCH_ARGS)
