@@ -105,6 +105,10 @@ def _preflight_names(role):
                 names.add(t["name"])
             for key in ("block", "rescue", "always"):
                 walk(t.get(key))
+            imported = t.get("ansible.builtin.import_tasks")
+            if imported:  # a static import is part of the preflight (vllm_service's facts.yml)
+                with open(os.path.join(REPO, "roles", role, "tasks", imported), encoding="utf-8") as fh:
+                    walk(yaml.safe_load(fh))
 
     with open(os.path.join(REPO, "roles", role, "tasks", "preflight.yml"), encoding="utf-8") as fh:
         walk(yaml.safe_load(fh))
