@@ -8,8 +8,11 @@ vllm_service_replica, ansible_host, network_interfaces/network_bonds (the networ
 entries with role: fabric), vllm_service_advertise_address, vllm_service_fabric (socket_ifname,
 ib_hca), vllm_service_distributed (master_addr, master_port) and vllm_service_api (port).
 
-  cluster_replicas(hostvars, heads, workers, defaults) -> {replica: {...}} (see cluster_replicas.yml)
-  cluster_errors(hostvars, heads, workers)             -> [message, ...] (empty when the topology is valid)
+  cluster_replicas(hostvars, heads, workers, defaults, local) -> {replica: {...}} (see cluster_cases.yml)
+  cluster_errors(hostvars, heads, workers, local)             -> [message, ...] (empty when valid)
+
+local ({'name': host, 'vars': {...}}) puts the running host's effective values over its hostvars
+entry: variables given to the role or task are not part of hostvars.
   cluster_rdma_device(ifname)                          -> the RDMA (RoCE) device of a netdev name, or ''
 """
 
@@ -96,11 +99,31 @@ def _node(name, hv):
     }
 
 
+class _Overlay(object):
+    """A host's inventory variables with the running host's own values on top: the vars a role or
+    task was given (include_role vars, role params) are not in hostvars, but they are this node's."""
+
+    def __init__(self, base, top):
+        self._base, self._top = base, top
+
+    def __getitem__(self, key):
+        if key in self._top:
+            return self._top[key]
+        return self._base[key]
+
+
+def _host(hostvars, name, local):
+    hv = _get(hostvars, name, {})
+    if local and name == local.get("name"):
+        return _Overlay(hv, local.get("vars") or {})
+    return hv
+
+
 def _replica_of(name, hv):
     return str(_get(hv, "vllm_service_replica", name))
 
 
-def cluster_errors(hostvars, heads, workers):
+def cluster_errors(hostvars, heads, workers, local=None):
     """Topology problems: a host in both groups, a replica without exactly one head."""
     heads, workers = list(heads or []), list(workers or [])
     errors = []
@@ -109,27 +132,27 @@ def cluster_errors(hostvars, heads, workers):
                       % name)
     by_replica = {}
     for name in heads:
-        by_replica.setdefault(_replica_of(name, _get(hostvars, name, {})), []).append(name)
+        by_replica.setdefault(_replica_of(name, _host(hostvars, name, local)), []).append(name)
     for replica, names in sorted(by_replica.items()):
         if len(names) > 1:
             errors.append("replica '%s' (vllm_service_replica) has %d heads (%s); a replica has exactly one"
                           % (replica, len(names), ", ".join(names)))
     for name in workers:
-        replica = _replica_of(name, _get(hostvars, name, {}))
+        replica = _replica_of(name, _host(hostvars, name, local))
         if replica not in by_replica:
             errors.append("worker %s is in replica '%s' (vllm_service_replica), which has no head in vllm_heads; "
                           "set vllm_service_replica on each worker to its head's replica name" % (name, replica))
     return errors
 
 
-def cluster_replicas(hostvars, heads, workers, defaults=None):
+def cluster_replicas(hostvars, heads, workers, defaults=None, local=None):
     """Each replica: its head, workers (rank order = inventory order), each node's management and
     fabric addresses, socket interface and HCAs, and the replica's rendezvous address and ports."""
     cfg = dict(DEFAULTS)
     cfg.update(defaults or {})
     out = {}
     for name in heads or []:
-        hv = _get(hostvars, name, {})
+        hv = _host(hostvars, name, local)
         replica = _replica_of(name, hv)
         if replica in out:
             continue  # reported by cluster_errors
@@ -150,7 +173,7 @@ def cluster_replicas(hostvars, heads, workers, defaults=None):
     for name in workers or []:
         if name in (heads or []):
             continue
-        hv = _get(hostvars, name, {})
+        hv = _host(hostvars, name, local)
         replica = out.get(_replica_of(name, hv))
         if replica is None:
             continue  # reported by cluster_errors

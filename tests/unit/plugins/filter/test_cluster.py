@@ -34,14 +34,14 @@ def test_rdma_device(ifname, device):
 
 @pytest.mark.parametrize("case", CASES["replicas"], ids=[c["name"] for c in CASES["replicas"]])
 def test_replicas(case):
-    out = cluster.cluster_replicas(case["hostvars"], case["heads"], case["workers"])
+    out = cluster.cluster_replicas(case["hostvars"], case["heads"], case["workers"], None, case.get("local"))
     assert sorted(out) == sorted(case["expect"])
     _subset(case["expect"], out, "replicas")
 
 
 @pytest.mark.parametrize("case", CASES["errors"], ids=[c["name"] for c in CASES["errors"]])
 def test_errors(case):
-    errors = cluster.cluster_errors(case["hostvars"], case["heads"], case["workers"])
+    errors = cluster.cluster_errors(case["hostvars"], case["heads"], case["workers"], case.get("local"))
     assert len(errors) == len(case["expect"]), errors
     for message, fragment in zip(errors, case["expect"]):
         assert fragment in message
