@@ -36,7 +36,7 @@ def _failed(results):
 
 
 def test_rotate_an_edge_key_under_load_without_a_failed_request(lb, lab_host, master_pid, run_converge):
-    url = f"http://{lb.address}"
+    url = f"https://{lb.address}:{lb.port}"  # the scenario serves TLS; :80 only redirects
     engines = {h: lab_host(h).check_output("systemctl show -p MainPID --value standin-backend") for h in HEADS}
     master = master_pid()
     assert _status(lb, NEW_KEY) == 401, "the new key is accepted before it was added: the test proves nothing"
