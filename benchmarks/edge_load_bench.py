@@ -69,7 +69,7 @@ def in_host(*argv):
     return subprocess.run(["podman", "exec", HOST, *argv], capture_output=True, text=True, check=False).stdout.strip()
 
 
-def converge(key, extra):
+def converge(key, extra, conn_limit):
     """The stand-in and nginx_lb on the bench's host (the role's real configuration)."""
     inventory = {"all": {"children": {"balancers": {"hosts": {HOST: {
         "ansible_connection": "containers.podman.podman", "ansible_python_interpreter": "/usr/bin/python3"}}}}}}
@@ -79,6 +79,8 @@ def converge(key, extra):
         # One client address and one key send every stream: the limiter stays in the path, above them.
         "nginx_lb_rate_limit_rate": 100000,
         "nginx_lb_rate_limit_burst": 100000,
+        # The per-key stream cap (limit_conn) stays in the path too, above the most streams asked.
+        "nginx_lb_conn_limit": conn_limit,
     }
     variables.update(extra)
     with tempfile.TemporaryDirectory() as tmp:
@@ -222,7 +224,7 @@ def main():
     try:
         lab("up", "%s@%s" % (HOST, args.suite))
         address = container_ip()
-        converge(key, extra)
+        converge(key, extra, max(levels) + 64)
         machine = {
             "client": "%s, %d cores, Python %s" % (platform.platform(), os.cpu_count(), platform.python_version()),
             "balancer": in_host("sh", "-c", "nginx -v 2>&1; echo workers $(pgrep -c -P $(cat /run/nginx.pid))"),
