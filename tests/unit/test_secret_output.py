@@ -139,12 +139,12 @@ def test_a_task_writing_a_secret_hides_it_from_diff_and_arguments(writer):
     role, filename, task, module, used = writer
     # A no_log given as an expression is the condition under which the file holds the secret
     # (monitoring's Grafana datasource holds the Prometheus password only with a username).
-    hidden_diff = task.get("no_log") is True or task.get("diff") is False or "{{" in str(task.get("no_log"))
-    assert hidden_diff, (f"{role}/tasks/{filename}: '{task.get('name')}' writes {used} and would show it under --diff: "
-                         "it needs `diff: false` (or `no_log: true`)")
+    no_log = task.get("no_log") is True or "{{" in str(task.get("no_log"))
+    assert no_log or task.get("diff") is False, (f"{role}/tasks/{filename}: '{task.get('name')}' writes {used} and "
+                                                 "would show it under --diff: it needs `diff: false` (or `no_log: true`)")
     if module in TEXT_ARGS and TEXT_ARGS[module] in (task[next(k for k in task if k.endswith(module))] or {}):
-        assert task.get("no_log") is True or "{{" in str(task.get("no_log")), (f"{role}/tasks/{filename}: '{task.get('name')}' carries {used} in its "
-                                            f"`{TEXT_ARGS[module]}` argument, shown at -vvv: it needs `no_log: true`")
+        assert no_log, (f"{role}/tasks/{filename}: '{task.get('name')}' carries {used} in its "
+                        f"`{TEXT_ARGS[module]}` argument, shown at -vvv: it needs `no_log: true`")
 
 
 def play_for(role, task, module, tmp_path, hide):
@@ -155,11 +155,9 @@ def play_for(role, task, module, tmp_path, hide):
         args.pop(name, None)
     for name in ("dest", "path"):
         if name in args:
-            args[name] = str(tmp_path / "out" / "{{ 'file-%d' | format(ansible_loop.index | default(0)) }}") \
-                if "loop" in task else str(tmp_path / "out" / "file")
-            args["create"] = True if module in ("lineinfile", "blockinfile") else args.get("create")
-            if args["create"] is None:
-                args.pop("create")
+            args[name] = str(tmp_path / "out" / ("file-{{ ansible_loop.index }}" if "loop" in task else "file"))
+            if module in ("lineinfile", "blockinfile"):
+                args["create"] = True
     if module == "template":
         src = args["src"]
         args["src"] = str(ROOT / "roles" / role / "templates") + "/" + src
