@@ -14,7 +14,7 @@ constants alone, it also runs: the very task (module, arguments, `diff`, `no_log
 written; the destination in a temporary directory, owner/group/validate/when/notify dropped) in
 check mode with --diff -vvv on localhost, each secret set to a random marker. The marker must
 appear nowhere in the output; the same task with `diff: true` and `no_log: false` must show it (so
-the check would see a leak: that is the Redis include before it said `diff: false`).
+the check would see a leak, such as the Redis include without its `diff: false`).
 """
 import json
 import os
