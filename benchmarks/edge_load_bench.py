@@ -69,7 +69,7 @@ def in_host(*argv):
     return subprocess.run(["podman", "exec", HOST, *argv], capture_output=True, text=True, check=False).stdout.strip()
 
 
-def converge(key, extra):
+def converge(key, extra, conn_limit):
     """The stand-in and nginx_lb on the bench's host (the role's real configuration)."""
     inventory = {"all": {"children": {"balancers": {"hosts": {HOST: {
         "ansible_connection": "containers.podman.podman", "ansible_python_interpreter": "/usr/bin/python3"}}}}}}
@@ -79,6 +79,8 @@ def converge(key, extra):
         # One client address and one key send every stream: the limiter stays in the path, above them.
         "nginx_lb_rate_limit_rate": 100000,
         "nginx_lb_rate_limit_burst": 100000,
+        # The per-key stream cap (limit_conn) stays in the path too, above the most streams asked.
+        "nginx_lb_conn_limit": conn_limit,
     }
     variables.update(extra)
     with tempfile.TemporaryDirectory() as tmp:
@@ -103,6 +105,7 @@ class Level:
         self.ttft = []
         self.gaps = []
         self.streams = 0
+        self.lag = []
 
 
 async def one_stream(address, port, request, tokens, deadline, connecting, level):
@@ -169,7 +172,19 @@ async def run_level(address, port, key, concurrency, total, args):
             queue.pop()
             await one_stream(address, port, request, tokens, deadline, connecting, level)
 
+    async def ticker():
+        """The client's own lateness: a tick every 50 ms, how late it ran. A late client reads
+        several tokens at once (a gap of 0, then a long one) and starts connections late (TTFT), so
+        the numbers of a level whose lag is near the token gap measure this client, not the balancer."""
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + 0.05
+            await asyncio.sleep(0.05)
+            level.lag.append(max(loop.time() - due, 0.0))
+
+    tick = asyncio.ensure_future(ticker())
     await asyncio.gather(*(worker() for _unused in range(concurrency)))
+    tick.cancel()
     return level
 
 
@@ -222,7 +237,7 @@ def main():
     try:
         lab("up", "%s@%s" % (HOST, args.suite))
         address = container_ip()
-        converge(key, extra)
+        converge(key, extra, max(levels) + 64)
         machine = {
             "client": "%s, %d cores, Python %s" % (platform.platform(), os.cpu_count(), platform.python_version()),
             "balancer": in_host("sh", "-c", "nginx -v 2>&1; echo workers $(pgrep -c -P $(cat /run/nginx.pid))"),
@@ -243,11 +258,14 @@ def main():
                     "ok": level.streams, "errors": sum(level.errors.values()), "error_kinds": level.errors,
                     "ttft_p50": pct(level.ttft, 0.5), "ttft_p99": pct(level.ttft, 0.99),
                     "gap_p50": pct(level.gaps, 0.5), "gap_p99": pct(level.gaps, 0.99), "seconds": round(seconds, 1),
+                    "client_lag_p50": pct(level.lag, 0.5), "client_lag_p99": pct(level.lag, 0.99),
                 }
                 r = result[mode]
-                log("c=%d %s: %d/%d ok, held %d (backend %d), errors %s, TTFT p50 %s p99 %s ms, gap p50 %s p99 %s ms, %.1f s"
+                log("c=%d %s: %d/%d ok, held %d (backend %d), errors %s, TTFT p50 %s p99 %s ms, gap p50 %s p99 %s ms, "
+                    "client lag p50 %s p99 %s ms, %.1f s"
                     % (concurrency, mode, r["ok"], total, r["held"], r["backend_held"], level.errors or 0,
-                       ms(r["ttft_p50"]), ms(r["ttft_p99"]), ms(r["gap_p50"]), ms(r["gap_p99"]), seconds))
+                       ms(r["ttft_p50"]), ms(r["ttft_p99"]), ms(r["gap_p50"]), ms(r["gap_p99"]),
+                       ms(r["client_lag_p50"]), ms(r["client_lag_p99"]), seconds))
                 if r["errors"]:
                     problems.append("c=%d %s: %d errors %s" % (concurrency, mode, r["errors"], level.errors))
                 if r["held"] < min(concurrency, total) or r["backend_held"] < min(concurrency, total):
@@ -265,13 +283,14 @@ def main():
     print()
     print("| concurrency | streams held at once (nginx / backend) | errors (direct / nginx) "
           "| TTFT p50 direct / nginx / added | TTFT p99 direct / nginx / added "
-          "| gap p50 direct / nginx / added | gap p99 direct / nginx / added |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| gap p50 direct / nginx / added | gap p99 direct / nginx / added | client lag p99 direct / nginx |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
         d, n = row["direct"], row["nginx"]
         cells = []
         for key_ in ("ttft_p50", "ttft_p99", "gap_p50", "gap_p99"):
             cells.append("%s / %s / **%s**" % (ms(d[key_]), ms(n[key_]), ms(n[key_] - d[key_])))
+        cells.append("%s / %s" % (ms(d["client_lag_p99"]), ms(n["client_lag_p99"])))
         print("| %d | %d / %d | %d / %d | %s |" % (row["concurrency"], n["held"], n["backend_held"], d["errors"],
                                                    n["errors"], " | ".join(cells)))
     print()
