@@ -60,7 +60,8 @@ def test_addresses(case):
 
 @pytest.mark.parametrize("case", CASES["engine_logs"], ids=[c["name"] for c in CASES["engine_logs"]])
 def test_engine_topology(case):
-    _subset(case["expect"], cluster.cluster_engine_topology(case["text"]), case["name"])
+    text = case["text"].replace("\\\n", "")  # a line ending in a backslash goes on (kept short in the YAML)
+    _subset(case["expect"], cluster.cluster_engine_topology(text), case["name"])
 
 
 def test_replica_report_names_nodes_sizes_and_share():
