@@ -129,7 +129,7 @@ def cluster_replica_report(replicas, engines, upstreams):
     # nginx names every upstream it tried ("A:8000, B:8000"): the last one served the request.
     served_by = {}
     for value, count in (upstreams or {}).items():
-        last = str(value).split(",")[-1].strip()
+        last = str(value).rsplit(",", maxsplit=1)[-1].strip()
         served_by[last] = served_by.get(last, 0) + int(count)
     total = sum(served_by.values())
     rows = []

@@ -75,8 +75,8 @@ def test_replica_report_names_nodes_sizes_and_share():
     engines = {"dgx1": {"tensor_parallel_size": 2, "world_size": 2, "ranks": [0], "backend": "gloo"},
                "dgx2": {"world_size": 2, "ranks": [1]},
                "dgx3": {"tensor_parallel_size": 2, "world_size": 2, "ranks": [0]}}
-    rows = cluster.cluster_replica_report(replicas, engines, {"10.0.0.1:8000": 59, "10.0.0.3:8000, 10.0.0.1:8000": 1,
-                                                               "10.0.0.3:8000": 40})
+    upstreams = {"10.0.0.1:8000": 59, "10.0.0.3:8000, 10.0.0.1:8000": 1, "10.0.0.3:8000": 40}
+    rows = cluster.cluster_replica_report(replicas, engines, upstreams)
     assert [r["replica"] for r in rows] == ["r1", "r2"]
     r1, r2 = rows
     assert (r1["head"], r1["workers"], r1["tensor_parallel_size"], r1["world_size"]) == ("dgx1", ["dgx2"], 2, 2)
