@@ -1,4 +1,4 @@
-"""Every shipped inventory (inventories/*/ except the lab), rendered from the inventory alone.
+"""Every shipped inventory (inventories/*/, the lab shapes too), rendered from the inventory alone.
 
 For each host, the roles' own preflight/fact tasks work out what they would write, and the roles'
 own templates are rendered into a temporary directory: vLLM's config, fabric settings, environment
@@ -22,7 +22,7 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INVENTORIES = sorted(p.name for p in (ROOT / "inventories").iterdir()
-                     if p.is_dir() and not p.name.startswith("lab") and (p / "hosts.yml").exists())
+                     if p.is_dir() and (p / "hosts.yml").exists())
 
 FACTS_MODULE = '''#!/usr/bin/python
 from ansible.module_utils.basic import AnsibleModule
@@ -228,6 +228,15 @@ def _fabric(inventory, host):
     return [i for i in (hv or {}).get("network_interfaces", []) if i.get("role") == "fabric" and i.get("addresses")]
 
 
+def _fabric_address(inventory, host):
+    """The node's fabric address: vllm_service_advertise_address, else its first fabric interface's."""
+    advertise = _hostvars(inventory)[host].get("vllm_service_advertise_address")
+    if advertise:
+        return str(advertise)
+    fabric = _fabric(inventory, host)
+    return fabric[0]["addresses"][0].split("/")[0] if fabric else None
+
+
 def _replica(config_text):
     """The replica named in the rendered config's header comment."""
     match = re.search(r"^# vLLM serve configuration for replica (\S+), node", config_text, re.M)
@@ -275,10 +284,12 @@ def test_replicas_rendezvous_on_the_heads_fabric_address_with_every_hca(inventor
             assert hcas, (host, conf)
             assert hcas == derived or not all(derived) or set(hcas) - set(derived), (host, hcas, derived)
             assert conf["IB_GID_INDEX"] in ("''", ""), "NCCL picks the GID unless the user sets it"
+        if _fabric_address(inventory, host):
+            assert env["VLLM_HOST_IP"] == _fabric_address(inventory, host), host
         if cfg.get("nnodes", 1) > 1:
             head = head_of[replica_of[host]]
-            head_fabric = _fabric(inventory, head)
-            assert cfg["master-addr"] == head_fabric[0]["addresses"][0].split("/")[0], (host, cfg["master-addr"])
+            assert cfg["master-addr"] == _fabric_address(inventory, head), (host, cfg["master-addr"])
+            assert cfg["master-addr"] != _management(inventory, head), "the rendezvous must not cross the management link"
             assert not cfg["master-addr"].startswith("10.0.0."), "the rendezvous must not cross the management link"
 
 
