@@ -14,6 +14,16 @@ ib_hca), vllm_service_distributed (master_addr, master_port) and vllm_service_ap
 local ({'name': host, 'vars': {...}}) puts the running host's effective values over its hostvars
 entry: variables given to the role or task are not part of hostvars.
   cluster_rdma_device(ifname)                          -> the RDMA (RoCE) device of a netdev name, or ''
+  cluster_address(hostvars, name, override='')         -> the address other hosts use for NAME
+  cluster_api_url(hostvars, head)                      -> http://ADDRESS:PORT of a head's API
+  cluster_engine_topology(log_text)                    -> what a node's engine log says it ran as
+  cluster_replica_report(replicas, engines, upstreams)  -> per replica: nodes, TP/world size, share
+
+Every address one host uses for another (nginx upstreams, Prometheus targets, the playbooks' URLs,
+a replica's management address) comes from cluster_address: the host's OVERRIDE variable when set
+(e.g. nginx_lb_backend_address), else its ansible_host. Without either it is the inventory name,
+which only works where the name resolves: the shipped inventories give every host an ansible_host
+(tests/unit/test_render_inventories.py fails on a name where an address belongs).
 """
 
 from __future__ import annotations
@@ -70,6 +80,90 @@ def _first_address(item):
     return ""
 
 
+def cluster_address(hostvars, name, override=""):
+    """The address other hosts reach NAME at: hostvars[NAME][OVERRIDE], else ansible_host, else NAME."""
+    hv = _get(hostvars, name, {})
+    if override:
+        value = _get(hv, override, "")
+        if value:
+            return str(value)
+    return str(_get(hv, "ansible_host", name) or name)
+
+
+def cluster_api_url(hostvars, head):
+    """http://ADDRESS:PORT of HEAD's API (vllm_service_api.port, default 8000; IPv6 in brackets)."""
+    address = cluster_address(hostvars, head)
+    if ":" in address and not address.startswith("["):
+        address = "[%s]" % address
+    api = _get(_get(hostvars, head, {}), "vllm_service_api", {}) or {}
+    return "http://%s:%d" % (address, int(_get(api, "port", DEFAULTS["api_port"])))
+
+
+# vLLM's own log lines: every rank's torch.distributed init, and the engine config on the head.
+_WORLD = re.compile(r"world_size=(?P<world>[0-9]+) rank=(?P<rank>[0-9]+) local_rank=[0-9]+ "
+                    r"distributed_init_method=(?P<init>\S+) backend=(?P<backend>\w+)")
+_TP = re.compile(r"\btensor_parallel_size=(?P<tp>[0-9]+)")
+
+
+def cluster_engine_topology(text):
+    """What an engine's log (one start of its unit) says: {world_size, ranks, tensor_parallel_size,
+    backend, init_method}; None where the log does not say (the last line of each kind counts)."""
+    out = {"world_size": None, "ranks": [], "tensor_parallel_size": None, "backend": None, "init_method": None}
+    for line in (text or "").splitlines():
+        match = _WORLD.search(line)
+        if match:
+            out["world_size"] = int(match.group("world"))
+            out["backend"] = match.group("backend")
+            out["init_method"] = match.group("init")
+            rank = int(match.group("rank"))
+            if rank not in out["ranks"]:
+                out["ranks"].append(rank)
+        match = _TP.search(line)
+        if match:
+            out["tensor_parallel_size"] = int(match.group("tp"))
+    out["ranks"].sort()
+    return out
+
+
+def cluster_replica_report(replicas, engines, upstreams):
+    """One row per replica (by name): head, workers, the TP size and world size its engine reported
+    (the head's log; world size also the ranks every node reported), and the requests of the load
+    that its head served (UPSTREAMS: {"ADDRESS:PORT": count}, nginx's upstream addresses)."""
+    # nginx names every upstream it tried ("A:8000, B:8000"): the last one served the request.
+    served_by = {}
+    for value, count in (upstreams or {}).items():
+        last = str(value).rsplit(",", maxsplit=1)[-1].strip()
+        served_by[last] = served_by.get(last, 0) + int(count)
+    total = sum(served_by.values())
+    rows = []
+    for name in sorted(replicas or {}):
+        rep = replicas[name]
+        head = rep["head"]
+        nodes = [head] + list(rep.get("workers", []))
+        head_engine = (engines or {}).get(head) or {}
+        ranks = {}
+        for node in nodes:
+            for rank in ((engines or {}).get(node) or {}).get("ranks", []):
+                ranks.setdefault(node, []).append(rank)
+        address = rep.get("api_address", head)
+        key = "%s:%s" % ("[%s]" % address if ":" in address else address, rep.get("api_port", DEFAULTS["api_port"]))
+        served = served_by.get(key, 0)
+        rows.append({
+            "replica": name,
+            "head": head,
+            "workers": list(rep.get("workers", [])),
+            "nnodes": len(nodes),
+            "tensor_parallel_size": head_engine.get("tensor_parallel_size"),
+            "world_size": head_engine.get("world_size"),
+            "backend": head_engine.get("backend"),
+            "ranks": ranks,
+            "upstream": key,
+            "requests": served,
+            "share": (float(served) / total) if total else None,
+        })
+    return rows
+
+
 def _node(name, hv):
     fabric = _get(hv, "vllm_service_fabric", {}) or {}
     entries = _fabric_entries(hv)
@@ -92,7 +186,7 @@ def _node(name, hv):
                 hcas.append(dev)
     return {
         "name": name,
-        "management_address": str(_get(hv, "ansible_host", name)),
+        "management_address": cluster_address({name: hv}, name),
         "fabric_address": address,
         "socket_ifname": ifname,
         "ib_hca": hcas,
@@ -194,4 +288,8 @@ class FilterModule(object):
             "cluster_replicas": cluster_replicas,
             "cluster_errors": cluster_errors,
             "cluster_rdma_device": cluster_rdma_device,
+            "cluster_address": cluster_address,
+            "cluster_api_url": cluster_api_url,
+            "cluster_engine_topology": cluster_engine_topology,
+            "cluster_replica_report": cluster_replica_report,
         }

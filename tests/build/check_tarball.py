@@ -14,7 +14,7 @@ FORBIDDEN = [
     (re.compile(r"(^|/)(id_(rsa|ecdsa|ed25519)(\.pub)?|[^/]*\.(key|pem|crt|p12|pfx|retry|log|pyc))$"), "a key, certificate or stray file"),
     (re.compile(r"(^|/)vault\.yml$"), "a vault file (only vault.yml.example ships)"),
     (re.compile(r"^reports(/|$)"), "a report"),
-    (re.compile(r"^inventories/lab(/|$)|^tests/lab(/|$)|(^|/)\.lab(/|$)"), "a lab file"),
+    (re.compile(r"^inventories/lab(_single)?(/|$)|^tests/lab(/|$)|(^|/)\.lab(/|$)"), "a lab file"),
     (re.compile(r"^(molecule|tests|benchmarks|requirements|build)(/|$)"), "a development tree"),
     (re.compile(r"(^|/)(\.pytest_cache|__pycache__|\.cache|\.venv|venv|\.git|ansible_collections)(/|$)"), "a cache or venv"),
     (re.compile(r"\.tar\.gz$|\.whl$"), "a nested archive"),

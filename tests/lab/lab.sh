@@ -6,12 +6,18 @@
 #   lab.sh setup                 install podman/runc/debootstrap if missing, write containers.conf
 #   lab.sh image SUITE [ARCH]    build localhost/llmops-lab:SUITE[-ARCH] if its recipe changed
 #   lab.sh images                bookworm and trixie (amd64)
-#   lab.sh up [NAME[@SUITE[/ARCH]]...]  start hosts (default: dgx1 dgx2 dgx3 dgx4 lb1) on network llmops-lab
+#   lab.sh up [NAME[@SUITE[/ARCH]][=ADDRESS[,FABRIC_ADDRESS]]...]
+#                                start hosts (default: LAB_HOSTS, the shape of inventories/lab) on
+#                                network llmops-lab, at ADDRESS; with FABRIC_ADDRESS also on the fabric
+#                                network (LAB_NETWORK-fabric, the stand-in for the ConnectX-7 fabric)
 #   lab.sh down [NAME...]        remove hosts (default: all on LAB_NETWORK) and the network when empty
 #   lab.sh status                list lab hosts
 #
 # Environment: LAB_SUITE (bookworm), LAB_NETWORK (llmops-lab), LAB_SUBNET (10.89.40.0/24: a podman
-# network this run creates; nothing outside it is contacted), LAB_DEBIAN_MIRROR, LAB_HOSTS,
+# network this run creates; nothing outside it is contacted), LAB_FABRIC_NETWORK (LAB_NETWORK-fabric;
+# its /24 is the fabric addresses'; internal: no route out), LAB_DNS (0: the networks resolve no
+# names, as a real cluster's hosts need not resolve each other: every address comes from the
+# inventory; 1 for the scenarios that reach hosts by name), LAB_DEBIAN_MIRROR, LAB_HOSTS,
 # LAB_PREFIX (container-name prefix, molecule uses the scenario's), LAB_EXTRA_OPTS (podman run options),
 # LAB_SSH (1: `up` starts sshd on each host and writes $LAB_SSH_DIR/$LAB_NETWORK.config, an ssh_config
 # with each host's address, the lab's key and its host keys, for inventories/lab; molecule sets 0 and
@@ -23,7 +29,11 @@ LAB_SUITE=${LAB_SUITE:-bookworm}
 LAB_NETWORK=${LAB_NETWORK:-llmops-lab}
 LAB_SUBNET=${LAB_SUBNET:-10.89.40.0/24}
 LAB_DEBIAN_MIRROR=${LAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-LAB_HOSTS=${LAB_HOSTS:-dgx1 dgx2 dgx3 dgx4 lb1}
+# inventories/lab: two replicas, each a head and a worker meeting on the fabric (ansible_host and
+# vllm_service_advertise_address there are these addresses).
+LAB_HOSTS=${LAB_HOSTS:-dgx1=10.89.40.11,10.89.41.11 dgx2=10.89.40.12,10.89.41.12 dgx3=10.89.40.13,10.89.41.13 dgx4=10.89.40.14,10.89.41.14 lb1=10.89.40.10}
+LAB_FABRIC_NETWORK=${LAB_FABRIC_NETWORK:-$LAB_NETWORK-fabric}
+LAB_DNS=${LAB_DNS:-0}
 LAB_IMAGE_REPO=${LAB_IMAGE_REPO:-localhost/llmops-lab}
 LAB_PREFIX=${LAB_PREFIX:-}
 LAB_EXTRA_OPTS=${LAB_EXTRA_OPTS:-}
@@ -158,9 +168,20 @@ image() {
   log "built $name (recipe $hash) in $((SECONDS - t0)) s"
 }
 
+# A podman network with DNS as LAB_DNS says; one left with the other setting is made again when
+# no host is on it.
 network() {
-  podman network exists "$LAB_NETWORK" ||
-    podman network create --subnet "$LAB_SUBNET" --label llmops.lab=1 "$LAB_NETWORK" >/dev/null
+  local name=$1 subnet=$2 opts=() want have
+  shift 2
+  want=true; [ "$LAB_DNS" = 1 ] || { want=false; opts+=(--disable-dns); }
+  if podman network exists "$name"; then
+    have=$(podman network inspect --format '{{.DNSEnabled}}' "$name")
+    [ "$have" != "$want" ] || return 0
+    [ -z "$(podman ps -a --filter network="$name" --format '{{.Names}}')" ] ||
+      die "network $name has DNS $have, LAB_DNS=$LAB_DNS wants $want, and hosts are on it: lab.sh down first"
+    podman network rm "$name" >/dev/null
+  fi
+  podman network create --subnet "$subnet" "${opts[@]}" "$@" --label llmops.lab=1 "$name" >/dev/null
 }
 
 # A fixed address per host, like a real cluster's: a host stopped and started again (the fault tests
@@ -187,10 +208,15 @@ up() {
   # Each argument: NAME[@SUITE[/ARCH]], e.g. dgx1, lb1@trixie, spark1@bookworm/arm64.
   # The container is named $LAB_PREFIX$NAME and answers to NAME on the lab network.
   setup
-  network
-  local specs=("$@") spec h suite arch names=()
+  network "$LAB_NETWORK" "$LAB_SUBNET"
+  local specs=("$@") spec h suite arch names=() want_ip fabric_ip
   [ ${#specs[@]} -gt 0 ] || read -r -a specs <<< "$LAB_HOSTS"
   for spec in "${specs[@]}"; do
+    want_ip=""; fabric_ip=""
+    if [ "$spec" != "${spec%%=*}" ]; then
+      want_ip=${spec#*=}; spec=${spec%%=*}
+      [ "$want_ip" = "${want_ip%%,*}" ] || { fabric_ip=${want_ip#*,}; want_ip=${want_ip%%,*}; }
+    fi
     h=${spec%%@*}; suite=$LAB_SUITE; arch=amd64
     if [ "$spec" != "$h" ]; then suite=${spec#*@}; arch=amd64; [ "$suite" = "${suite%/*}" ] || { arch=${suite#*/}; suite=${suite%/*}; }; fi
     [[ "$h" =~ ^[a-z0-9][a-z0-9-]*$ ]] || die "host name '$h' must be lower-case letters, digits and '-'"
@@ -200,15 +226,24 @@ up() {
       [ "$(podman inspect --format '{{.State.Running}}' "$LAB_PREFIX$h")" = true ] || podman start "$LAB_PREFIX$h" >/dev/null
       continue
     fi
-    local platform=() ip ipopt=()
+    local platform=() ip net nets=() alias=""
     [ "$arch" = amd64 ] || platform=(--arch "$arch")
-    ip=$(free_address)
+    ip=${want_ip:-$(free_address)}
     # The MAC too: a new one on the same address leaves the peers' neighbour entries pointing at
     # the old MAC (they stay REACHABLE while the peer retries), so the host would be unreachable
     # from them after a restart. Locally administered, derived from the address.
-    [ -z "$ip" ] || ipopt=(--ip "$ip" --mac-address "$(mac_for "$ip")" --label "llmops.lab.ip=$ip")
+    [ "$LAB_DNS" != 1 ] || alias=",alias=$h"
+    net="$LAB_NETWORK:interface_name=eth0$alias"
+    [ -z "$ip" ] || net+=",ip=$ip,mac=$(mac_for "$ip")"
+    nets=(--network "$net" --label "llmops.lab.ip=$ip")
+    if [ -n "$fabric_ip" ]; then
+      [[ "$fabric_ip" =~ ^([0-9]+\.[0-9]+\.[0-9]+)\.[0-9]+$ ]] || die "fabric address '$fabric_ip' of $h is not an IPv4 address"
+      network "$LAB_FABRIC_NETWORK" "${BASH_REMATCH[1]}.0/24" --internal
+      nets+=(--network "$LAB_FABRIC_NETWORK:interface_name=eth1,ip=$fabric_ip,mac=$(mac_for "$fabric_ip")"
+             --label "llmops.lab.fabric_ip=$fabric_ip")
+    fi
     mkdir -p "$LAB_CACHE"
-    podman run -d --name "$LAB_PREFIX$h" --hostname "$h" --network "$LAB_NETWORK" --network-alias "$h" "${ipopt[@]}" \
+    podman run -d --name "$LAB_PREFIX$h" --hostname "$h" "${nets[@]}" \
       --label llmops.lab=1 --label "llmops.lab.network=$LAB_NETWORK" --systemd=always --cap-add "$LAB_CAPS" \
       --tmpfs /tmp --tmpfs /run --tmpfs /run/lock -v "$LAB_CACHE:/srv/llmops-lab:ro" --shm-size "$LAB_SHM_SIZE" "${platform[@]}" $LAB_EXTRA_OPTS \
       "$(image_name "$suite" "$arch")" >/dev/null
@@ -243,8 +278,9 @@ ssh_config() {
   for c in $(podman ps --filter "label=llmops.lab.network=$LAB_NETWORK" --format '{{.Names}}'); do
     podman exec "$c" systemctl is-active --quiet ssh.service 2>/dev/null || continue
     h=$(podman inspect --format '{{.Config.Hostname}}' "$c")
-    ip=$(podman inspect --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$c")
-    printf 'Host %s\n  HostName %s\n' "$h" "$ip" >> "$conf.new"; n=$((n + 1))
+    ip=$(podman inspect --format "{{(index .NetworkSettings.Networks \"$LAB_NETWORK\").IPAddress}}" "$c")
+    # By name and by address: the inventory's ansible_host is the address.
+    printf 'Host %s %s\n  HostName %s\n' "$h" "$ip" "$ip" >> "$conf.new"; n=$((n + 1))
     podman exec "$c" cat /etc/ssh/ssh_host_ed25519_key.pub | awk -v n="$h,$ip" '{print n, $1, $2}' >> "$known.new"
   done
   cat >> "$conf.new" <<CONF
@@ -281,10 +317,12 @@ down() {
   for i in "${!hosts[@]}"; do hosts[$i]=$LAB_PREFIX${hosts[$i]#"$LAB_PREFIX"}; done
   [ ${#hosts[@]} -eq 0 ] || podman rm -f -t 5 "${hosts[@]}" >/dev/null
   ssh_config
-  if podman network exists "$LAB_NETWORK" &&
-     [ -z "$(podman ps -a --filter network="$LAB_NETWORK" --format '{{.Names}}')" ]; then
-    podman network rm "$LAB_NETWORK" >/dev/null
-  fi
+  local net
+  for net in "$LAB_NETWORK" "$LAB_FABRIC_NETWORK"; do
+    if podman network exists "$net" && [ -z "$(podman ps -a --filter network="$net" --format '{{.Names}}')" ]; then
+      podman network rm "$net" >/dev/null
+    fi
+  done
   log "down: ${hosts[*]:-nothing was up}"
 }
 
@@ -300,5 +338,5 @@ case "$cmd" in
   up) up "$@" ;;
   down) down "$@" ;;
   status) status ;;
-  *) sed -n '2,16p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
+  *) sed -n '2,/^set -euo pipefail/{/^set -euo/!p}' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
 esac

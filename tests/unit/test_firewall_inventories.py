@@ -79,9 +79,29 @@ def test_dgx_spark_single_has_no_peers(tmp_path):
     assert services["engine_api"]["v4"] == ["10.0.0.10", "10.8.0.0/24"]
 
 
-def test_lab_without_facts_names_the_host_and_the_variable(tmp_path):
-    # the lab inventory has no addresses (podman assigns them): the role needs the hosts' facts
+def test_lab_replica_peers_by_management_and_fabric_address(tmp_path):
+    # inventories/lab: ansible_host (management) and vllm_service_advertise_address (the fabric stand-in)
     proc, out = plan(tmp_path, "lab")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    services, peers = out["dgx1"]
+    assert services["engine_api"]["v4"] == ["10.89.40.10"]
+    assert services["engine_distributed"]["v4"] == ["10.89.40.12", "10.89.41.12"]
+    assert peers["v4"] == ["10.89.40.12", "10.89.41.12"] and out["dgx3"][1]["v4"] == ["10.89.40.14", "10.89.41.14"]
+
+
+def test_without_addresses_or_facts_names_the_host_and_the_variable(tmp_path):
+    # an inventory that gives no address (and no facts): the plan names what is missing
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("""all:
+  vars: {ansible_connection: local}
+  children:
+    cluster:
+      children:
+        vllm_nodes: {children: {vllm_heads: {hosts: {dgx1: {}}}, vllm_workers: {hosts: {}}}}
+        balancers: {hosts: {lb1: {}}}
+        monitoring: {hosts: {lb1: {}}}
+""", encoding="utf-8")
+    proc, out = plan(tmp_path, str(inv))
     assert proc.returncode != 0 and not out
     assert "no address is known for source host 'lb1'" in proc.stdout, proc.stdout
     assert "firewall_host_addresses" in proc.stdout

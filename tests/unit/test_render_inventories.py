@@ -1,9 +1,10 @@
-"""Every shipped inventory (inventories/*/ except the lab), rendered from the inventory alone.
+"""Every shipped inventory (inventories/*/, the lab shapes too), rendered from the inventory alone.
 
 For each host, the roles' own preflight/fact tasks work out what they would write, and the roles'
 own templates are rendered into a temporary directory: vLLM's config, fabric settings, environment
 file and unit (vllm_service), the nginx upstreams (nginx_lb), the nftables ruleset (firewall) and
-Prometheus's configuration (monitoring). Every host runs with a local connection: the
+Prometheus's configuration (monitoring), and the URLs playbooks/validate.yml and upgrade.yml reach
+each head at (their own expressions, read from the playbooks). Every host runs with a local connection: the
 inventories' addresses are never contacted. The facts a host would report (systemd, Debian family,
 architecture) come from a module in this test's library, as the real hosts would give them.
 """
@@ -21,7 +22,7 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INVENTORIES = sorted(p.name for p in (ROOT / "inventories").iterdir()
-                     if p.is_dir() and p.name != "lab" and (p / "hosts.yml").exists())
+                     if p.is_dir() and (p / "hosts.yml").exists())
 
 FACTS_MODULE = '''#!/usr/bin/python
 from ansible.module_utils.basic import AnsibleModule
@@ -85,6 +86,15 @@ PLAY = """
             dest: "{{ out }}/stages.json"
             mode: "0600"
 
+    - name: The URLs validate.yml and upgrade.yml use for this head (their expressions, given as extra vars)
+      when: inventory_hostname in groups['vllm_heads'] | default([])
+      ansible.builtin.copy:
+        content: "{{ {'validate': [validate_head_url, validate_metrics_url], 'upgrade': [upgrade_head_url]} | to_json }}"
+        dest: "{{ out }}/urls.json"
+        mode: "0600"
+      vars:
+        upgrade_head: "{{ inventory_hostname }}"
+
     - name: nginx (nginx_lb preflight and upstreams)
       when: inventory_hostname in groups['balancers'] | default([])
       block:
@@ -136,6 +146,19 @@ cluster = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cluster)
 
 
+def _playbook_urls():
+    """The expressions validate.yml and upgrade.yml build each head's URL with, as the playbooks say."""
+    validate = yaml.safe_load((ROOT / "playbooks" / "validate.yml").read_text(encoding="utf-8"))
+    upgrade = yaml.safe_load((ROOT / "playbooks" / "upgrade.yml").read_text(encoding="utf-8"))
+    head_play = next(p for p in validate if "validate_head_url" in (p.get("vars") or {}))
+    metrics_play = next(p for p in validate if p.get("name", "").startswith("The vLLM metrics"))
+    metrics_task = next(t for t in metrics_play["tasks"][0]["block"] if "llmops.vllm_cluster.vllm_metrics" in t)
+    upgrade_play = next(p for p in upgrade if "upgrade_head_url" in (p.get("vars") or {}))
+    return {"validate_head_url": head_play["vars"]["validate_head_url"],
+            "validate_metrics_url": metrics_task["llmops.vllm_cluster.vllm_metrics"]["base_url"],
+            "upgrade_head_url": upgrade_play["vars"]["upgrade_head_url"]}
+
+
 def rendered(inventory, tmp_path_factory):
     """{host: {file name: text}} for INVENTORY (rendered once per test session)."""
     if inventory in _RENDERED:
@@ -150,7 +173,7 @@ def rendered(inventory, tmp_path_factory):
              "ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
              "firewall_gather_facts": False,
              "vault_vllm_api_key": "render-test-engine-key-0001", "vault_edge_api_keys": ["render-test-edge-key-0001"],
-             "vault_hf_token": "render-test-hf-token-0001"}
+             "vault_hf_token": "render-test-hf-token-0001", **_playbook_urls()}
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"),
                ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_LIBRARY=str(work / "library"))
     proc = subprocess.run(["ansible-playbook", "-i", str(ROOT / "inventories" / inventory), str(work / "play.yml"),
@@ -205,6 +228,15 @@ def _fabric(inventory, host):
     return [i for i in (hv or {}).get("network_interfaces", []) if i.get("role") == "fabric" and i.get("addresses")]
 
 
+def _fabric_address(inventory, host):
+    """The node's fabric address: vllm_service_advertise_address, else its first fabric interface's."""
+    advertise = _hostvars(inventory)[host].get("vllm_service_advertise_address")
+    if advertise:
+        return str(advertise)
+    fabric = _fabric(inventory, host)
+    return fabric[0]["addresses"][0].split("/")[0] if fabric else None
+
+
 def _replica(config_text):
     """The replica named in the rendered config's header comment."""
     match = re.search(r"^# vLLM serve configuration for replica (\S+), node", config_text, re.M)
@@ -252,10 +284,12 @@ def test_replicas_rendezvous_on_the_heads_fabric_address_with_every_hca(inventor
             assert hcas, (host, conf)
             assert hcas == derived or not all(derived) or set(hcas) - set(derived), (host, hcas, derived)
             assert conf["IB_GID_INDEX"] in ("''", ""), "NCCL picks the GID unless the user sets it"
+        if _fabric_address(inventory, host):
+            assert env["VLLM_HOST_IP"] == _fabric_address(inventory, host), host
         if cfg.get("nnodes", 1) > 1:
             head = head_of[replica_of[host]]
-            head_fabric = _fabric(inventory, head)
-            assert cfg["master-addr"] == head_fabric[0]["addresses"][0].split("/")[0], (host, cfg["master-addr"])
+            assert cfg["master-addr"] == _fabric_address(inventory, head), (host, cfg["master-addr"])
+            assert cfg["master-addr"] != _management(inventory, head), "the rendezvous must not cross the management link"
             assert not cfg["master-addr"].startswith("10.0.0."), "the rendezvous must not cross the management link"
 
 
@@ -313,3 +347,45 @@ def test_nginx_and_prometheus_see_the_heads_only(tmp_path_factory):
                 assert f"{head}:8000" in prom or f"{_management(inventory, head)}:8000" in prom, prom
             for worker in groups.get("vllm_workers", []):
                 assert f"{worker}:8000" not in prom and f"{_management(inventory, worker)}:8000" not in prom
+
+
+def _address_of(target):
+    """The host part of HOST:PORT, [V6]:PORT or scheme://HOST:PORT/..."""
+    target = re.sub(r"^[a-z]+://", "", target).split("/", 1)[0]
+    if target.startswith("["):
+        return target[1:].split("]", 1)[0]
+    return target.rsplit(":", 1)[0] if ":" in target else target
+
+
+@pytest.mark.parametrize("inventory", INVENTORIES)
+def test_no_inventory_name_where_an_address_belongs(inventory, tmp_path_factory):
+    """Hosts need not resolve each other's names: upstream servers, scrape targets and the playbooks'
+    URLs carry addresses from the inventory (ansible_host), never an inventory name."""
+    import ipaddress
+    files = rendered(inventory, tmp_path_factory)
+    groups = _hosts(inventory)
+    names = set(groups["all"])
+    found = []
+    for lb in groups["balancers"]:
+        found += [("nginx upstream on " + lb, t)
+                  for t in re.findall(r"^\s*server\s+([^\s;{]+)[^;{\n]*;", files[lb]["vllm-lb.conf"], re.M)]
+    for mon in groups["monitoring"]:
+        for job in yaml.safe_load(files[mon]["prometheus.yml"])["scrape_configs"]:
+            for sc in job.get("static_configs", []):
+                found += [("scrape target of %s on %s" % (job["job_name"], mon), t) for t in sc["targets"]]
+    for head in groups["vllm_heads"]:
+        urls = json.loads(files[head]["urls.json"])
+        found += [("validate.yml URL of " + head, u) for u in urls["validate"]]
+        found += [("upgrade.yml URL of " + head, u) for u in urls["upgrade"]]
+    assert len(found) >= len(groups["balancers"]) + 3 * len(groups["vllm_heads"]), found
+    bad = []
+    for where, target in found:
+        address = _address_of(target)
+        if address in names:
+            bad.append("%s: %s (an inventory name)" % (where, target))
+            continue
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            bad.append("%s: %s (not an address)" % (where, target))
+    assert not bad, "\n".join(bad)

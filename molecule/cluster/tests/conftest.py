@@ -14,7 +14,9 @@ from lab_load import Load  # tests/lab, on the verifier's PYTHONPATH
 from lab_testinfra import container_ip
 
 LB = "cluster-lb1"
-HEADS = ("cluster-dgx1", "cluster-dgx2")
+# Two replicas of tensor parallel 2 (molecule.yml): r1 = dgx1 + dgx2, r2 = dgx3 + dgx4.
+HEADS = ("cluster-dgx1", "cluster-dgx3")
+WORKERS = {"cluster-dgx2": "cluster-dgx1", "cluster-dgx4": "cluster-dgx3"}  # worker: its head
 MODEL = "tiny-llama"
 REPO = os.environ.get("MOLECULE_PROJECT_DIRECTORY") or os.path.abspath(
     os.path.join(os.path.dirname(__file__), "..", "..", ".."))

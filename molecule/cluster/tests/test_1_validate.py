@@ -6,7 +6,7 @@ import glob
 import json
 import os
 
-from conftest import HEADS, one_line
+from conftest import HEADS, WORKERS, one_line
 
 VALIDATE = "- name: Validate\n  ansible.builtin.import_playbook: llmops.vllm_cluster.validate\n"
 
@@ -50,7 +50,20 @@ def test_validate_passes_and_its_report_says_so(run_play, tmp_path, monkeypatch)
         spec = head["metrics"]["spec_decode"]
         assert spec["drafts"] > 0 and spec["draft_tokens"] > 0, (name, spec)
         assert 0 < spec["acceptance_rate"] <= 1 and spec["mean_accepted_length"] > 1, (name, spec)
+    # Per replica, as the engines report them: two nodes, TP 2, world size 2, both ranks joined,
+    # and the shares of the 100 requests add up.
+    replicas = {r["head"]: r for r in report["replicas"]}
+    assert sorted(replicas) == sorted(HEADS), report["replicas"]
+    for worker, head in WORKERS.items():
+        rep = replicas[head]
+        assert rep["workers"] == [worker] and rep["nnodes"] == 2, rep
+        assert (rep["tensor_parallel_size"], rep["world_size"], rep["backend"]) == (2, 2, "gloo"), rep
+        assert rep["ranks"] == {head: [0], worker: [1]}, rep
+        assert rep["requests"] > 0, rep
+    assert sum(r["requests"] for r in report["replicas"]) == 100, report["replicas"]
+    assert abs(sum(r["share"] for r in report["replicas"]) - 1) < 1e-9, report["replicas"]
     md = open(latest(tmp_path, "md"), encoding="utf-8").read()
+    assert "## Replicas as the engines report them" in md, md[:3000]
     assert md.startswith("# Cluster validation ") and md.splitlines()[0].endswith(": PASS"), md[:200]
     assert "`validate_max_kv_cache_usage`" in md and "| vLLM | 0." in md, md[:3000]
     for name in HEADS:  # the replica rows show numbers in the acceptance column, not "-"

@@ -50,3 +50,37 @@ def test_errors(case):
 def test_defaults_are_used_when_the_head_sets_no_ports():
     out = cluster.cluster_replicas({"h": {}}, ["h"], [], {"master_port": 1234, "api_port": 9000})
     assert out["h"]["master_port"] == 1234 and out["h"]["api_port"] == 9000
+
+
+@pytest.mark.parametrize("case", CASES["addresses"], ids=[c["name"] for c in CASES["addresses"]])
+def test_addresses(case):
+    assert cluster.cluster_address(case["hostvars"], case["host"], case.get("override", "")) == case["expect"]
+    assert cluster.cluster_api_url(case["hostvars"], case["host"]) == case["url"]
+
+
+@pytest.mark.parametrize("case", CASES["engine_logs"], ids=[c["name"] for c in CASES["engine_logs"]])
+def test_engine_topology(case):
+    text = case["text"].replace("\\\n", "")  # a line ending in a backslash goes on (kept short in the YAML)
+    _subset(case["expect"], cluster.cluster_engine_topology(text), case["name"])
+
+
+def test_replica_report_names_nodes_sizes_and_share():
+    hostvars = {
+        "dgx1": {"ansible_host": "10.0.0.1", "vllm_service_replica": "r1"},
+        "dgx2": {"ansible_host": "10.0.0.2", "vllm_service_replica": "r1"},
+        "dgx3": {"ansible_host": "10.0.0.3", "vllm_service_replica": "r2"},
+        "dgx4": {"ansible_host": "10.0.0.4", "vllm_service_replica": "r2"},
+    }
+    replicas = cluster.cluster_replicas(hostvars, ["dgx1", "dgx3"], ["dgx2", "dgx4"])
+    engines = {"dgx1": {"tensor_parallel_size": 2, "world_size": 2, "ranks": [0], "backend": "gloo"},
+               "dgx2": {"world_size": 2, "ranks": [1]},
+               "dgx3": {"tensor_parallel_size": 2, "world_size": 2, "ranks": [0]}}
+    upstreams = {"10.0.0.1:8000": 59, "10.0.0.3:8000, 10.0.0.1:8000": 1, "10.0.0.3:8000": 40}
+    rows = cluster.cluster_replica_report(replicas, engines, upstreams)
+    assert [r["replica"] for r in rows] == ["r1", "r2"]
+    r1, r2 = rows
+    assert (r1["head"], r1["workers"], r1["tensor_parallel_size"], r1["world_size"]) == ("dgx1", ["dgx2"], 2, 2)
+    assert r1["ranks"] == {"dgx1": [0], "dgx2": [1]} and r2["ranks"] == {"dgx3": [0]}  # dgx4 said nothing
+    assert (r1["requests"], r1["share"], r2["requests"], r2["share"]) == (60, 0.6, 40, 0.4)
+    empty = cluster.cluster_replica_report(replicas, {}, {})
+    assert empty[0]["share"] is None and empty[0]["tensor_parallel_size"] is None
