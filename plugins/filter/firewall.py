@@ -26,6 +26,7 @@ import ipaddress
 import re
 
 from ansible_collections.llmops.vllm_cluster.plugins.filter.netplan import netplan_host_addresses
+from ansible_collections.llmops.vllm_cluster.plugins.plugin_utils._jinja_values import jinja_int as _int
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,23}$")
 PROTOCOLS = ("tcp", "udp")
@@ -178,17 +179,6 @@ def firewall_ip_allow(services, names=None, extra=None):
             values.append(item)
     split = firewall_split(values)
     return split["v4"] + split["v6"]
-
-
-def _int(value):
-    """Like Jinja's int filter: the integer, or 0 when the value is not a number (the port checks name it)."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        try:
-            return int(float(value))
-        except (TypeError, ValueError):
-            return 0
 
 
 def _var(hostvars, host, name, default=None):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.llmops.vllm_cluster.plugins.plugin_utils._jinja_values import jinja_int as _int
+
 MAXMEMORY_RE = re.compile(r"^[0-9]+(b|kb|k|mb|m|gb|g)?$", re.IGNORECASE)
 HEADER_RE = re.compile(r"^[A-Za-z0-9-]+$")
 LOOPBACK_RE = re.compile(r"^(127\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}|::1)$")
@@ -21,17 +23,6 @@ NGINX_SIZE_RE = re.compile(r"^[0-9]+[kKmMgG]?$")
 SECRET_MIN = 16
 RESERVED_TENANT = "metrics:prometheus"
 TRUE_WORDS = ("1", "true", "yes", "on", "y", "t")
-
-
-def _int(value):
-    """Like Jinja's int filter: the integer, or 0 when the value is not a number."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        try:
-            return int(float(value))
-        except (TypeError, ValueError):
-            return 0
 
 
 def _bool(value):

@@ -2,45 +2,20 @@
 firewall_source_addresses, firewall_address_errors), cases in firewall_cases.yml."""
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
-import yaml
 
-_HERE = os.path.dirname(__file__)
-_PATH = os.path.join(_HERE, "..", "..", "..", "..", "plugins", "filter", "firewall.py")
-_spec = importlib.util.spec_from_file_location("llmops_firewall_filter_sources", os.path.abspath(_PATH))
-fw = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fw)
+from filter_cases import case_ids as _ids
+from filter_cases import load_cases, load_filter, subset
 
-with open(os.path.join(_HERE, "firewall_cases.yml"), encoding="utf-8") as _fh:
-    CASES = yaml.safe_load(_fh)
-
-
-def _ids(cases):
-    return [c["name"] for c in cases]
-
-
-def _subset(expected, actual, where):
-    if isinstance(expected, dict):
-        assert isinstance(actual, dict), "%s: expected a mapping, got %r" % (where, actual)
-        for key, value in expected.items():
-            assert key in actual, "%s: missing %r (have %s)" % (where, key, sorted(actual))
-            _subset(value, actual[key], "%s.%s" % (where, key))
-    elif isinstance(expected, list) and expected and isinstance(expected[0], dict):
-        assert len(actual) == len(expected), "%s: expected %d entries, got %r" % (where, len(expected), actual)
-        for index, (want, got) in enumerate(zip(expected, actual)):
-            _subset(want, got, "%s[%d]" % (where, index))
-    else:
-        assert actual == expected, "%s: expected %r, got %r" % (where, expected, actual)
+fw = load_filter("firewall")
+CASES = load_cases("firewall_cases.yml")
 
 
 @pytest.mark.parametrize("case", CASES["sources"], ids=_ids(CASES["sources"]))
 def test_sources(case):
     settings = dict(CASES["settings"], **case.get("set", {}))
     out = fw.firewall_sources(CASES["hostvars"], case["host"], CASES["groups"], settings)
-    _subset(case["expect"], out, case["host"])
+    subset(case["expect"], out, case["host"])
 
 
 @pytest.mark.parametrize("case", CASES["source_addresses"], ids=_ids(CASES["source_addresses"]))

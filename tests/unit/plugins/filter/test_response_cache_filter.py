@@ -2,20 +2,16 @@
 response_cache_cases.yml."""
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest
 import yaml
 
-_HERE = os.path.dirname(__file__)
-_PATH = os.path.join(_HERE, "..", "..", "..", "..", "plugins", "filter", "response_cache.py")
-_spec = importlib.util.spec_from_file_location("llmops_response_cache_filter", os.path.abspath(_PATH))
-response_cache = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(response_cache)
+from filter_cases import HERE as _HERE
+from filter_cases import load_cases, load_filter
 
-with open(os.path.join(_HERE, "response_cache_cases.yml"), encoding="utf-8") as _fh:
-    CASES = yaml.safe_load(_fh)
+response_cache = load_filter("response_cache")
+CASES = load_cases("response_cache_cases.yml")
 
 
 @pytest.mark.parametrize("case", CASES["cases"], ids=[c["name"] for c in CASES["cases"]])
