@@ -23,7 +23,7 @@ SCENARIOS ?= $(CI_SCENARIOS)
 GATE := tests/gate.sh
 
 .PHONY: help venv collection lab-setup lab-images lab-vllm lab-up lab-down lab-status demo test lint yamllint \
-        ansible-lint sanity units integration molecule molecule-faults molecule-all build docs bench-cluster bench-edge clean
+        ansible-lint sanity units test-tags integration molecule molecule-faults molecule-all build docs bench-cluster bench-edge clean
 
 help:
 	@sed -n '1,4p' Makefile
@@ -113,6 +113,11 @@ build: collection
 
 units: collection
 	pytest -q tests/unit
+
+# Every <role> and <role>_<phase> tag of site.yml alone (one ansible-playbook --list-tasks each, no host
+# contacted): each lists its role's skip decision and preflight. The units check the same per phase.
+test-tags: collection
+	LLMOPS_TAGS_ALONE=1 pytest -q tests/unit/test_role_tags.py
 
 # docs/variables.md is generated from the roles' argument specs (a unit test checks it is current).
 docs: venv

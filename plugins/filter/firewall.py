@@ -11,12 +11,22 @@ Only Python's standard library (ipaddress), so the collection needs no ansible.u
   firewall_split(values)                     -> {'v4': [...], 'v6': [...]} (collapsed; non-addresses skipped)
   firewall_plan(services, addresses_by_host) -> {'services': [...], 'errors': [...]}
   firewall_ip_allow(services, names, extra)  -> ['10.0.0.10', '10.0.1.0/24', ...] for systemd IPAddressAllow=
+  firewall_sources(hostvars, host, groups, settings)
+                                             -> {'peer_hosts', 'source_hosts', 'services'}: who may reach which
+                                                protected ports of host, from the inventory's groups
+  firewall_source_addresses(hostvars, hosts) -> {host: [address, ...]} from the inventory (or gathered facts)
+  firewall_address_errors(hostvars, groups, cidrs, extra_services)
+                                             -> [message, ...] for every bad allowed address or network, extra
+                                                service group and firewall_host_addresses entry
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+
+from ansible_collections.llmops.vllm_cluster.plugins.filter.netplan import netplan_host_addresses
+from ansible_collections.llmops.vllm_cluster.plugins.plugin_utils._jinja_values import jinja_int as _int
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,23}$")
 PROTOCOLS = ("tcp", "udp")
@@ -171,6 +181,121 @@ def firewall_ip_allow(services, names=None, extra=None):
     return split["v4"] + split["v6"]
 
 
+def _var(hostvars, host, name, default=None):
+    try:
+        return hostvars[host][name]
+    except (KeyError, TypeError):
+        return default
+
+
+def _members(groups, name):
+    return list((groups or {}).get(name) or [])
+
+
+def _unique(items):
+    out = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def firewall_sources(hostvars, host, groups, settings):
+    """Who may reach which protected ports of `host`.
+
+    settings: the firewall role's inputs - vllm_nodes (heads and workers), api_port, master_port,
+    balancers_group, monitoring_group, allowed_cidrs, api_allowed_cidrs, distributed_extra_ports,
+    exporter_ports, exporter_allowed_cidrs, monitoring_ui_ports, monitoring_ui_allowed_cidrs,
+    extra_services. Returns peer_hosts (the other nodes of host's replica), source_hosts (every host
+    whose addresses the plan needs) and services (firewall_plan's input, each with the variable it
+    comes from).
+    """
+    s = settings
+    vllm_nodes = list(s["vllm_nodes"] or [])
+    balancers = _members(groups, s["balancers_group"])
+    monitoring = _members(groups, s["monitoring_group"])
+    allowed = list(s["allowed_cidrs"] or [])
+    extra_services = list(s["extra_services"] or [])
+    peers = []
+    if host in vllm_nodes:
+        replica = _var(hostvars, host, "vllm_service_replica", host)
+        peers = [h for h in vllm_nodes if h != host and _var(hostvars, h, "vllm_service_replica", h) == replica]
+    sources = balancers + monitoring + vllm_nodes
+    for svc in extra_services:
+        for group in svc.get("groups") or []:
+            sources.extend(_members(groups, group))
+    services = []
+    if host in vllm_nodes:
+        services.append({"name": "engine_api", "protocol": "tcp", "ports": [_int(s["api_port"])],
+                         "hosts": _unique(balancers + monitoring), "cidrs": allowed + list(s["api_allowed_cidrs"] or []),
+                         "origin": "vllm_service_api.port"})
+        services.append({"name": "engine_distributed", "protocol": "tcp",
+                         "ports": [_int(s["master_port"])] + [_int(p) for p in s["distributed_extra_ports"] or []],
+                         "hosts": peers, "cidrs": allowed,
+                         "origin": "vllm_service_distributed.master_port/firewall_distributed_extra_ports"})
+    if s["exporter_ports"]:
+        services.append({"name": "exporters", "protocol": "tcp", "ports": [_int(p) for p in s["exporter_ports"]],
+                         "hosts": monitoring, "cidrs": allowed + list(s["exporter_allowed_cidrs"] or []),
+                         "origin": "firewall_exporter_ports"})
+    if host in monitoring and s["monitoring_ui_ports"]:
+        services.append({"name": "monitoring_ui", "protocol": "tcp", "ports": [_int(p) for p in s["monitoring_ui_ports"]],
+                         "hosts": monitoring, "cidrs": allowed + list(s["monitoring_ui_allowed_cidrs"] or []),
+                         "origin": "firewall_monitoring_ui_ports"})
+    for index, svc in enumerate(extra_services):
+        hosts = []
+        for group in svc.get("groups") or []:
+            hosts.extend(_members(groups, group))
+        services.append({"name": svc.get("name"), "protocol": svc.get("protocol", "tcp"), "ports": svc.get("ports"),
+                         "hosts": hosts, "cidrs": allowed + list(svc.get("cidrs") or []),
+                         "origin": "firewall_extra_services[%d]" % index})
+    return {"peer_hosts": peers, "source_hosts": _unique(sources), "services": services}
+
+
+def firewall_source_addresses(hostvars, hosts):
+    """{host: [address, ...]}: firewall_host_addresses where a host sets it, else the static addresses of
+    its network data (network_interfaces, network_bonds), its ansible_host, its
+    vllm_service_advertise_address and its gathered addresses."""
+    out = {}
+    for host in hosts or []:
+        pinned = _var(hostvars, host, "firewall_host_addresses") or []
+        if len(pinned) > 0:
+            out[host] = pinned
+            continue
+        facts = _var(hostvars, host, "ansible_facts") or {}
+        advertise = _var(hostvars, host, "vllm_service_advertise_address", "")
+        out[host] = (netplan_host_addresses(_var(hostvars, host, "network_interfaces") or [],
+                                            _var(hostvars, host, "network_bonds") or [])
+                     + [_var(hostvars, host, "ansible_host", "")]
+                     + ([advertise] if advertise else [])
+                     + list(facts.get("all_ipv4_addresses") or [])
+                     + list(facts.get("all_ipv6_addresses") or []))
+    return out
+
+
+_MISSING = object()
+
+
+def firewall_address_errors(hostvars, groups, cidrs, extra_services):
+    """Messages for every entry that is not an address or network, naming the variable.
+
+    cidrs: {variable name: list} of the allowed-address variables; extra_services: firewall_extra_services
+    (their cidrs, and groups that must exist); every inventory host's firewall_host_addresses, where set.
+    """
+    errors = []
+    for name, values in (cidrs or {}).items():
+        errors.extend(firewall_cidr_errors(values, name))
+    for index, svc in enumerate(extra_services or []):
+        errors.extend(firewall_cidr_errors(svc.get("cidrs") or [], "firewall_extra_services[%d].cidrs" % index))
+        for group in svc.get("groups") or []:
+            if group not in (groups or {}):
+                errors.append("firewall_extra_services[%d].groups: no inventory group named %s" % (index, group))
+    for host in _members(groups, "all"):
+        pinned = _var(hostvars, host, "firewall_host_addresses", _MISSING)
+        if pinned is not _MISSING:
+            errors.extend(firewall_cidr_errors(pinned, "firewall_host_addresses of %s" % host))
+    return errors
+
+
 class FilterModule(object):
     """Firewall validation and planning filters."""
 
@@ -181,4 +306,7 @@ class FilterModule(object):
             "firewall_split": firewall_split,
             "firewall_plan": firewall_plan,
             "firewall_ip_allow": firewall_ip_allow,
+            "firewall_sources": firewall_sources,
+            "firewall_source_addresses": firewall_source_addresses,
+            "firewall_address_errors": firewall_address_errors,
         }

@@ -7,7 +7,6 @@ NVIDIA (no pin, no downgrade, no hold); on the H200 servers both managed, and on
 with Secure Boot (a constructed probe) the driver plan is Canonical's signed modules plus NVIDIA
 Fabric Manager."""
 import json
-import os
 import pathlib
 import shutil
 import subprocess
@@ -16,23 +15,12 @@ import sys
 import pytest
 import yaml
 
+from ansible_run import ansible_env, inventory_groups, run_inventory_play  # tests/unit
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INV = ROOT / "inventories" / "hgx_h200"
 GPU_INVENTORIES = ["dgx_spark", "dgx_spark_single", "hgx_h200"]
 ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "meta" / "argument_specs.yml").exists())
-
-FACTS_MODULE = '''#!/usr/bin/python
-from ansible.module_utils.basic import AnsibleModule
-
-
-def main():
-    module = AnsibleModule(argument_spec={"facts": {"type": "dict", "required": True}}, supports_check_mode=True)
-    module.exit_json(changed=False, ansible_facts=module.params["facts"])
-
-
-if __name__ == "__main__":
-    main()
-'''
 
 PLAY = """
 - name: Preflight of inventories/hgx_h200 from the inventory alone
@@ -41,21 +29,10 @@ PLAY = """
   tasks:
     - name: The facts an Ubuntu 24.04 x86_64 systemd host reports
       inventory_facts:
-        facts:
-          service_mgr: systemd
-          os_family: Debian
-          distribution: Ubuntu
-          distribution_release: noble
-          distribution_version: "24.04"
-          distribution_major_version: "24"
-          architecture: x86_64
-          kernel: 6.8.0-45-generic
-          system: Linux
-          processor_vcpus: 192
-          memtotal_mb: 2063000
-          default_ipv4: {address: "{{ ansible_host }}"}
-          all_ipv4_addresses: ["{{ ansible_host }}"]
-          all_ipv6_addresses: []
+        facts: >-
+          {{ ubuntu_facts | combine({'architecture': 'x86_64', 'kernel': '6.8.0-45-generic', 'processor_vcpus': 192,
+                                     'memtotal_mb': 2063000, 'default_ipv4': {'address': ansible_host},
+                                     'all_ipv4_addresses': [ansible_host]}) }}
 
     - name: Every role's argument spec accepts this host's variables of that role
       ansible.builtin.validate_argument_spec:
@@ -108,28 +85,8 @@ PLAY = """
 pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook not installed")
 
 
-def _env(work=None):
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"),
-               ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    if work:
-        env["ANSIBLE_LIBRARY"] = str(work / "library")
-    return env
-
-
 def _groups():
-    data = yaml.safe_load((INV / "hosts.yml").read_text(encoding="utf-8"))
-    groups = {}
-
-    def walk(name, node):
-        node = node or {}
-        hosts = list((node.get("hosts") or {}).keys())
-        for child, sub in (node.get("children") or {}).items():
-            hosts += walk(child, sub)
-        groups[name] = sorted(set(groups.get(name, []) + hosts))
-        return hosts
-
-    walk("all", data["all"])
-    return groups
+    return inventory_groups(INV)
 
 
 def _failures(out):
@@ -169,7 +126,7 @@ def _inventory_var_names(inv=INV):
 def test_playbooks_parse_and_list_the_hosts(playbook):
     for flag in ("--syntax-check", "--list-hosts"):
         proc = subprocess.run(["ansible-playbook", "-i", str(INV), str(ROOT / "playbooks" / playbook), flag],
-                              capture_output=True, text=True, env=_env(), check=False, timeout=300)
+                              capture_output=True, text=True, env=ansible_env(), check=False, timeout=300)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         if flag == "--list-hosts":
             assert "h200-1" in proc.stdout and "h200-2" in proc.stdout
@@ -194,9 +151,6 @@ def test_same_groups_as_the_spark_inventory_one_tp8_replica_per_server():
 @pytest.mark.parametrize("inventory", GPU_INVENTORIES)
 def test_every_role_spec_and_preflight_pass(inventory, tmp_path):
     inv = ROOT / "inventories" / inventory
-    (tmp_path / "library").mkdir()
-    (tmp_path / "library" / "inventory_facts.py").write_text(FACTS_MODULE, encoding="utf-8")
-    (tmp_path / "play.yml").write_text(PLAY, encoding="utf-8")
     extra = {"repo_root": str(ROOT), "role_names_under_test": ROLES, "out_dir": str(tmp_path), "role_specs": _role_specs(),
              "inventory_var_names": sorted(_inventory_var_names(inv)),
              "hgx_probe": str(ROOT / "tests" / "unit" / "fixtures" / "nvidia" / "constructed_hgx_probe.txt"),
@@ -213,8 +167,7 @@ def test_every_role_spec_and_preflight_pass(inventory, tmp_path):
         # (and the cores and memory MAX_JOBS is derived from, else the role would gather this machine's).
         extra.update(cluster_has_gpu=False, dspark_build_torch_cuda_arch_list="12.1",
                      ansible_processor_vcpus=20, ansible_memtotal_mb=124000)
-    proc = subprocess.run(["ansible-playbook", "-i", str(inv), str(tmp_path / "play.yml"), "-e", json.dumps(extra)],
-                          capture_output=True, text=True, env=_env(tmp_path), check=False, timeout=600)
+    proc = run_inventory_play(inv, PLAY, extra, tmp_path)
     assert proc.returncode == 0, _failures(proc.stdout) + proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "failed=0" in proc.stdout and "lb1" in proc.stdout
     decisions = {p.name.split(".")[0]: json.loads(p.read_text()) for p in tmp_path.glob("*.decisions.json")}

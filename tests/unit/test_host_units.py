@@ -3,48 +3,19 @@ the DCGM exporter's container is on the host's network (no published port, which
 DNAT through the FORWARD chain, past the firewall role's input-only table), Grafana listens on
 loopback, Prometheus gets its web config only with basic auth. Templates rendered by Ansible
 itself, with the role's defaults and constants."""
-import json
-import os
-import pathlib
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1].parent
-ROLE = ROOT / "roles" / "monitoring"
-PLAY = """
-- name: Render the monitoring role's templates
-  hosts: localhost
-  connection: local
-  gather_facts: false
-  vars_files:
-    - {role}/defaults/main.yml
-    - {role}/vars/main.yml
-  tasks:
-    - name: Render
-      ansible.builtin.copy:
-        content: "{{{{ lookup('ansible.builtin.template', '{role}/templates/' ~ item) }}}}"
-        dest: "{{{{ out_dir }}}}/{{{{ item }}}}"
-        mode: "0600"
-      loop: [dcgm-exporter.service.j2, grafana-listen.conf.j2, prometheus.default.j2]
-"""
+from ansible_run import render_role_templates  # tests/unit
+
+MONITORING_TEMPLATES = ("dcgm-exporter.service.j2", "grafana-listen.conf.j2", "prometheus.default.j2")
 
 pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook not installed")
 
 
 def render(tmp_path, extra=None):
-    (tmp_path / "play.yml").write_text(PLAY.format(role=ROLE), encoding="utf-8")
-    extra_vars = {"out_dir": str(tmp_path), "ansible_python_interpreter": sys.executable}
-    extra_vars.update(extra or {})
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"),
-               ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", str(tmp_path / "play.yml"), "-e", json.dumps(extra_vars)],
-                          capture_output=True, text=True, env=env, check=False, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return {name: (tmp_path / name).read_text() for name in
-            ("dcgm-exporter.service.j2", "grafana-listen.conf.j2", "prometheus.default.j2")}
+    return render_role_templates(tmp_path, "monitoring", MONITORING_TEMPLATES, extra)
 
 
 def exec_start(unit):
@@ -94,37 +65,13 @@ def test_prometheus_web_config_only_with_basic_auth(changed):
     assert "--web.config.file=/etc/prometheus/web.yml" in changed["prometheus.default.j2"]
 
 
-VLLM_PLAY = """
-- name: Render the vllm_service role's unit
-  hosts: localhost
-  connection: local
-  gather_facts: false
-  vars_files:
-    - {role}/defaults/main.yml
-    - {role}/vars/main.yml
-  tasks:
-    - name: Render
-      ansible.builtin.copy:
-        content: "{{{{ lookup('ansible.builtin.template', '{role}/templates/vllm.service.j2') }}}}"
-        dest: "{{{{ out_dir }}}}/vllm.service"
-        mode: "0600"
-"""
 VLLM_FACTS = {"vllm_service__is_head": True, "vllm_service__node_rank": 0,
               "vllm_service__env_file": "/etc/vllm/vllm.env", "vllm_service__config_file": "/etc/vllm/config.yaml",
               "vllm_service__ip_allow": ["10.0.0.1", "10.0.0.2", "10.0.0.10", "192.168.100.0/24", "fd00::10"]}
 
 
 def render_vllm(tmp_path, extra=None):
-    role = ROOT / "roles" / "vllm_service"
-    (tmp_path / "play.yml").write_text(VLLM_PLAY.format(role=role), encoding="utf-8")
-    extra_vars = dict(VLLM_FACTS, out_dir=str(tmp_path), ansible_python_interpreter=sys.executable)
-    extra_vars.update(extra or {})
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"),
-               ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", str(tmp_path / "play.yml"), "-e", json.dumps(extra_vars)],
-                          capture_output=True, text=True, env=env, check=False, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return (tmp_path / "vllm.service").read_text()
+    return render_role_templates(tmp_path, "vllm_service", ["vllm.service.j2"], dict(VLLM_FACTS, **(extra or {})))["vllm.service.j2"]
 
 
 def directives(unit, key):

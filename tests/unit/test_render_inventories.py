@@ -10,32 +10,19 @@ architecture) come from a module in this test's library, as the real hosts would
 """
 import importlib.util
 import json
-import os
 import pathlib
 import re
 import shutil
-import subprocess
 import sys
 
 import pytest
 import yaml
 
+from ansible_run import inventory_groups, run_inventory_play  # tests/unit
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INVENTORIES = sorted(p.name for p in (ROOT / "inventories").iterdir()
                      if p.is_dir() and (p / "hosts.yml").exists())
-
-FACTS_MODULE = '''#!/usr/bin/python
-from ansible.module_utils.basic import AnsibleModule
-
-
-def main():
-    module = AnsibleModule(argument_spec={"facts": {"type": "dict", "required": True}}, supports_check_mode=True)
-    module.exit_json(changed=False, ansible_facts=module.params["facts"])
-
-
-if __name__ == "__main__":
-    main()
-'''
 
 PLAY = """
 - name: Render every host's files from the inventory alone
@@ -46,19 +33,11 @@ PLAY = """
     templates: "{{ repo_root }}/roles"
   tasks:
     - name: The facts a Debian-family systemd host reports
-      render_facts:
-        facts:
-          service_mgr: systemd
-          os_family: Debian
-          distribution: Ubuntu
-          distribution_release: noble
-          distribution_version: "24.04"
-          distribution_major_version: "24"
-          architecture: "{{ 'aarch64' if inventory_hostname in groups['gpu_nodes'] | default([]) else 'x86_64' }}"
-          system: Linux
-          default_ipv4: {address: "{{ ansible_host | default('192.0.2.1') }}"}
-          all_ipv4_addresses: ["{{ ansible_host | default('192.0.2.1') }}"]
-          all_ipv6_addresses: []
+      inventory_facts:
+        facts: >-
+          {{ ubuntu_facts | combine({'architecture': 'aarch64' if inventory_hostname in groups['gpu_nodes'] | default([]) else 'x86_64',
+                                     'default_ipv4': {'address': ansible_host | default('192.0.2.1')},
+                                     'all_ipv4_addresses': [ansible_host | default('192.0.2.1')]}) }}
 
     - name: Output directory
       ansible.builtin.file:
@@ -164,9 +143,6 @@ def rendered(inventory, tmp_path_factory):
     if inventory in _RENDERED:
         return _RENDERED[inventory]
     work = tmp_path_factory.mktemp("render-" + inventory)
-    (work / "library").mkdir()
-    (work / "library" / "render_facts.py").write_text(FACTS_MODULE, encoding="utf-8")
-    (work / "play.yml").write_text(PLAY, encoding="utf-8")
     out = work / "out"
     extra = {"render_dir": str(out), "repo_root": str(ROOT),
              # Every host runs here, with a local connection: no inventory address is contacted.
@@ -174,10 +150,7 @@ def rendered(inventory, tmp_path_factory):
              "firewall_gather_facts": False,
              "vault_vllm_api_key": "render-test-engine-key-0001", "vault_edge_api_keys": ["render-test-edge-key-0001"],
              "vault_hf_token": "render-test-hf-token-0001", **_playbook_urls()}
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"),
-               ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_LIBRARY=str(work / "library"))
-    proc = subprocess.run(["ansible-playbook", "-i", str(ROOT / "inventories" / inventory), str(work / "play.yml"),
-                           "-e", json.dumps(extra)], capture_output=True, text=True, env=env, check=False, timeout=600)
+    proc = run_inventory_play(ROOT / "inventories" / inventory, PLAY, extra, work)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     files = {}
     for host_dir in sorted(out.iterdir()):
@@ -187,19 +160,7 @@ def rendered(inventory, tmp_path_factory):
 
 
 def _hosts(inventory):
-    data = yaml.safe_load((ROOT / "inventories" / inventory / "hosts.yml").read_text(encoding="utf-8"))
-    groups = {}
-
-    def walk(name, node):
-        node = node or {}
-        hosts = list((node.get("hosts") or {}).keys())
-        for child, sub in (node.get("children") or {}).items():
-            hosts += walk(child, sub)
-        groups[name] = sorted(set(groups.get(name, []) + hosts))
-        return hosts
-
-    walk("all", data["all"])
-    return groups
+    return inventory_groups(ROOT / "inventories" / inventory)
 
 
 def _hostvars(inventory):

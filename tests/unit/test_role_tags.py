@@ -3,6 +3,9 @@ preflight (which validates the variables and computes the role's facts) and the 
 decision, so no phase meets an undefined fact or runs on a host the role skips.
 
 Checked on the role's task list as ansible-playbook itself lists it for site.yml (no host contacted).
+The unit run lists each phase once for every role together (a role's tags carry its name, so one
+role's tasks cannot stand in for another's); `make test-tags` (LLMOPS_TAGS_ALONE=1) runs
+ansible-playbook once per tag, every `<role>` and `<role>_<phase>` tag of site.yml alone.
 """
 import os
 import pathlib
@@ -28,6 +31,11 @@ def phases(role):
     return out
 
 
+SITE_TAGS = sorted({tag for play in yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text(encoding="utf-8"))
+                    for tag in play.get("tags", [])})
+ALONE = os.environ.get("LLMOPS_TAGS_ALONE") == "1"
+
+
 def listed_tasks(tag):
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"),
                ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
@@ -35,6 +43,12 @@ def listed_tasks(tag):
                            "--list-tasks", "--tags", tag], capture_output=True, text=True, env=env, check=False, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
+
+
+def skip_names(role):
+    """The names of the tasks of the role's skip decision (the block at the top of tasks/main.yml), if any."""
+    tasks = yaml.safe_load((ROOT / "roles" / role / "tasks" / "main.yml").read_text(encoding="utf-8"))
+    return [sub["name"] for task in tasks if "block" in task for sub in task["block"]]
 
 
 def preflight_names(role):
@@ -51,13 +65,35 @@ def test_preflight_and_skip_carry_every_phase_tag(role):
     for task in tasks:
         if task.get("ansible.builtin.import_tasks") == "preflight.yml" or "block" in task or "ansible.builtin.debug" in task:
             for sub in task.get("block", [task]):
-                assert want <= set(sub.get("tags", [])), f"{role}: '{sub.get('name')}' is not tagged with every phase ({sorted(want)})"
+                tags = set(task.get("tags", [])) | set(sub.get("tags", []))
+                assert want <= tags, f"{role}: '{sub.get('name')}' is not tagged with every phase ({sorted(want)})"
 
 
-@pytest.mark.parametrize("phase", ["configure", "service"])
-def test_phase_tags_alone_list_the_preflight(phase):
-    """One --list-tasks run with every role's <role>_<phase> tag: each role's preflight is in it."""
-    out = listed_tasks(",".join(f"{role}_{phase}" for role in ROLES))
-    for role in ROLES:
-        missing = [name for name in preflight_names(role) if f"{role} : {name}" not in out]
-        assert not missing, f"--tags {role}_{phase} leaves out the preflight tasks {missing} of {role}"
+def test_every_play_of_site_is_tagged_with_its_role():
+    assert SITE_TAGS == ROLES
+
+
+def every_phase():
+    return sorted({tag[len(role) + 1:] for role in ROLES for tag in phases(role)})
+
+
+def check_listing(out, roles, tags):
+    for role in roles:
+        missing = [name for name in skip_names(role) + preflight_names(role) if f"{role} : {name}" not in out]
+        assert not missing, f"--tags {tags} leaves out {role}'s skip decision or preflight tasks {missing}"
+
+
+@pytest.mark.skipif(ALONE, reason="make test-tags lists every tag alone instead")
+@pytest.mark.parametrize("phase", every_phase())
+def test_phase_tags_list_the_skip_decision_and_the_preflight(phase):
+    """One --list-tasks run with every role's <role>_<phase> tag: each role's skip decision and preflight are in it."""
+    roles = [role for role in ROLES if f"{role}_{phase}" in phases(role)]
+    tags = ",".join(f"{role}_{phase}" for role in roles)
+    check_listing(listed_tasks(tags), roles, tags)
+
+
+@pytest.mark.skipif(not ALONE, reason="one ansible-playbook run per tag (~2 s each): make test-tags")
+@pytest.mark.parametrize("tag", [t for role in ROLES for t in [role] + phases(role)])
+def test_each_tag_alone_lists_the_skip_decision_and_the_preflight(tag):
+    role = next(r for r in sorted(ROLES, key=len, reverse=True) if tag == r or tag.startswith(r + "_"))
+    check_listing(listed_tasks(tag), [role], tag)

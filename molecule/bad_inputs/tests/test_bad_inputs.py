@@ -1,4 +1,4 @@
-"""Issue 8: every bad inventory value in cases.yml is refused before any host changes, with a
+"""Every bad inventory value in cases.yml is refused before any host changes, with a
 message naming the variable (and the valid values of a choice).
 
 All cases run in ONE ansible-playbook: one play, one block/rescue per case (include_role of the role

@@ -1,4 +1,4 @@
-"""Issue 8: every monitoring service runs as its own user, sandboxed (roles/monitoring's drop-ins),
+"""Every monitoring service runs as its own user, sandboxed (roles/monitoring's drop-ins),
 and still does its job (test_monitoring.py: Prometheus scrapes every exporter and mtail)."""
 import pytest
 

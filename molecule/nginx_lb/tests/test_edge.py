@@ -1,4 +1,4 @@
-"""The edge (issue 8): keys on every /v1 path with JSON 401s, 413 over the body limit, 429 over the
+"""The edge: keys on every /v1 path with JSON 401s, 413 over the body limit, 429 over the
 rate (per key, per address, off), no version banner on error pages, TLS 1.2/1.3 only, the replicas'
 /metrics and /health unreachable, and the local-only stub_status page. Real requests, real nginx."""
 import collections

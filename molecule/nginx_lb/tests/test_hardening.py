@@ -1,4 +1,4 @@
-"""Issue 8: nginx runs sandboxed (roles/nginx_lb's drop-in on Debian's nginx.service) and still serves."""
+"""nginx runs sandboxed (roles/nginx_lb's drop-in on Debian's nginx.service) and still serves."""
 import re
 
 from conftest import COMPLETION_BODY

@@ -1,4 +1,4 @@
-"""Issue 8: the response cache's services run as their own users, sandboxed, and still do their
+"""The response cache's services run as their own users, sandboxed, and still do their
 job (test_response_cache.py: cached answers from Redis, misses through nginx to the engine)."""
 import re
 
@@ -7,8 +7,8 @@ from conftest import LB
 from lab_testinfra import exposure, main_pid_user
 
 # systemd-analyze's overall exposure (0 = fully sandboxed, 10 = none).
-# The gateway's unit (the role's own): 4.3 before issue 8 (no system call filter, kernel logs,
-# clock, hostname, namespaces, /proc visible); 1.5 measured now. What remains is the network (it is
+# The gateway's unit (the role's own): 4.3 without the sandbox (no system call filter, kernel logs,
+# clock, hostname, namespaces, /proc visible); 1.5 with it. What remains is the network (it is
 # an HTTP service), a Python interpreter's writable-executable memory, @privileged/@resources system
 # calls left in the filter for Python's libraries. 2.0 leaves room for another systemd's scoring.
 GATEWAY_EXPOSURE_THRESHOLD = 2.0

@@ -1,4 +1,4 @@
-"""Issue 5 acceptance: two real vLLM CPU replicas (vllm_service) behind nginx (nginx_lb)."""
+"""The serving path: two real vLLM CPU replicas (vllm_service) behind nginx (nginx_lb)."""
 import collections
 import re
 

@@ -1,30 +1,13 @@
 """Unit tests for plugins/filter/cluster.py (one source of replica facts), cases in cluster_cases.yml."""
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
-import yaml
 
-_HERE = os.path.dirname(__file__)
-_PATH = os.path.join(_HERE, "..", "..", "..", "..", "plugins", "filter", "cluster.py")
-_spec = importlib.util.spec_from_file_location("llmops_cluster_filter", os.path.abspath(_PATH))
-cluster = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cluster)
+from filter_cases import load_cases, load_filter
+from filter_cases import subset as _subset
 
-with open(os.path.join(_HERE, "cluster_cases.yml"), encoding="utf-8") as _fh:
-    CASES = yaml.safe_load(_fh)
-
-
-def _subset(expected, actual, where):
-    if isinstance(expected, dict):
-        assert isinstance(actual, dict), "%s: expected a mapping, got %r" % (where, actual)
-        for key, value in expected.items():
-            assert key in actual, "%s: missing %r (have %s)" % (where, key, sorted(actual))
-            _subset(value, actual[key], "%s.%s" % (where, key))
-    else:
-        assert actual == expected, "%s: expected %r, got %r" % (where, expected, actual)
+cluster = load_filter("cluster")
+CASES = load_cases("cluster_cases.yml")
 
 
 @pytest.mark.parametrize("ifname, device", sorted(CASES["rdma_devices"].items()))

@@ -1,0 +1,18 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmops.vllm_cluster developers
+# Apache License 2.0 (see galaxy.yml)
+"""Values read the way the roles' Jinja read them, for filters that replaced a Jinja check and must
+give the same answers (controller side, standard library only)."""
+
+from __future__ import annotations
+
+
+def jinja_int(value):
+    """Like Jinja's int filter: the integer, or 0 when the value is not a number."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        try:
+            return int(float(value))
+        except (TypeError, ValueError):
+            return 0

@@ -1,0 +1,109 @@
+"""Shared helpers of the unit tests that run ansible-playbook on this machine (no inventory address is
+contacted: plays run with a local connection, or on localhost only).
+
+  ansible_env(library)                         the environment: the collection from the working tree,
+                                               the repository's ansible.cfg, an optional module library
+  inventory_groups(inventory_dir)              {group: [host, ...]} as hosts.yml nests them
+  run_inventory_play(inventory_dir, play, extra, work)
+                                               runs play (text) on the inventory, with the module
+                                               `inventory_facts` (FACTS_MODULE) in work/library
+  render_role_templates(work, role, templates, extra)
+                                               {template: text}: a role's templates rendered by Ansible
+                                               with the role's defaults and constants
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+# Reports the facts it is given, as a real host's setup would: the plays' hosts are never contacted.
+FACTS_MODULE = '''#!/usr/bin/python
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(argument_spec={"facts": {"type": "dict", "required": True}}, supports_check_mode=True)
+    module.exit_json(changed=False, ansible_facts=module.params["facts"])
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+# What an Ubuntu 24.04 systemd host's setup reports (the base of every inventory play's inventory_facts:
+# passed as the extra var `ubuntu_facts`; plays add architecture and addresses).
+UBUNTU_FACTS = {"service_mgr": "systemd", "os_family": "Debian", "distribution": "Ubuntu", "distribution_release": "noble",
+                "distribution_version": "24.04", "distribution_major_version": "24", "system": "Linux",
+                "all_ipv6_addresses": []}
+
+RENDER_PLAY = """
+- name: Render a role's templates with its defaults and constants
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  vars_files:
+    - {role}/defaults/main.yml
+    - {role}/vars/main.yml
+  tasks:
+    - name: Render
+      ansible.builtin.copy:
+        content: "{{{{ lookup('ansible.builtin.template', '{role}/templates/' ~ item) }}}}"
+        dest: "{{{{ out_dir }}}}/{{{{ item }}}}"
+        mode: "0600"
+      loop: {templates}
+"""
+
+
+def ansible_env(library=None):
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"),
+               ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    if library:
+        env["ANSIBLE_LIBRARY"] = str(library)
+    return env
+
+
+def inventory_groups(inventory_dir):
+    """{group: sorted hosts} from the inventory's hosts.yml (children's hosts count for their parents)."""
+    data = yaml.safe_load((pathlib.Path(inventory_dir) / "hosts.yml").read_text(encoding="utf-8"))
+    groups = {}
+
+    def walk(name, node):
+        node = node or {}
+        hosts = list((node.get("hosts") or {}).keys())
+        for child, sub in (node.get("children") or {}).items():
+            hosts += walk(child, sub)
+        groups[name] = sorted(set(groups.get(name, []) + hosts))
+        return hosts
+
+    walk("all", data["all"])
+    return groups
+
+
+def run_inventory_play(inventory_dir, play, extra, work):
+    """Runs play (text) on the inventory with extra vars (and ubuntu_facts); work holds the play and the
+    facts module."""
+    work = pathlib.Path(work)
+    extra = dict(extra, ubuntu_facts=UBUNTU_FACTS)
+    (work / "library").mkdir(exist_ok=True)
+    (work / "library" / "inventory_facts.py").write_text(FACTS_MODULE, encoding="utf-8")
+    (work / "play.yml").write_text(play, encoding="utf-8")
+    return subprocess.run(["ansible-playbook", "-i", str(inventory_dir), str(work / "play.yml"), "-e", json.dumps(extra)],
+                          capture_output=True, text=True, env=ansible_env(work / "library"), check=False, timeout=600)
+
+
+def render_role_templates(work, role, templates, extra=None):
+    """{template: text} of the role's templates, rendered on localhost with extra vars."""
+    work = pathlib.Path(work)
+    (work / "play.yml").write_text(RENDER_PLAY.format(role=ROOT / "roles" / role, templates=json.dumps(list(templates))),
+                                   encoding="utf-8")
+    extra_vars = {"out_dir": str(work), "ansible_python_interpreter": sys.executable}
+    extra_vars.update(extra or {})
+    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", str(work / "play.yml"), "-e", json.dumps(extra_vars)],
+                          capture_output=True, text=True, env=ansible_env(), check=False, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {name: (work / name).read_text(encoding="utf-8") for name in templates}
