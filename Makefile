@@ -23,7 +23,7 @@ SCENARIOS ?= $(CI_SCENARIOS)
 GATE := tests/gate.sh
 
 .PHONY: help venv collection lab-setup lab-images lab-vllm lab-up lab-down lab-status demo test lint yamllint \
-        ansible-lint sanity units test-tags integration molecule molecule-faults molecule-all build docs bench-cluster bench-edge clean
+        ansible-lint sanity units test-tags integration molecule molecule-faults molecule-runbooks molecule-all build docs bench-cluster bench-edge clean
 
 help:
 	@sed -n '1,4p' Makefile
@@ -136,6 +136,12 @@ molecule: collection lab-images lab-vllm
 # (about 35 min alone on 2 cores): not in `make test`, for CI's time.
 molecule-faults:
 	LLMOPS_CLUSTER_FAULTS=1 $(MAKE) --no-print-directory molecule SCENARIOS=cluster MOLECULE_LANES=1
+
+# molecule/vllm_service with its runbook tests (molecule/vllm_service/tests/test_zz_runbooks.py:
+# docs/operations.md's "Add a replica" and "Change the model" as written, under load; three engine
+# starts more): not in `make test`, for CI's time.
+molecule-runbooks:
+	LLMOPS_RUNBOOK_TESTS=1 $(MAKE) --no-print-directory molecule SCENARIOS=vllm_service MOLECULE_LANES=1
 
 molecule-all:
 	$(MAKE) --no-print-directory molecule SCENARIOS="$(ALL_SCENARIOS)"
