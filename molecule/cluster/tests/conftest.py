@@ -1,4 +1,4 @@
-"""The cluster scenario's verify: validate.yml on the whole site, then faults under load (issues 6, 8).
+"""The cluster scenario's verify: validate.yml on the whole site, then faults under load.
 
 Load goes only to the scenario's balancer (cluster-lb1, on the podman network this molecule run
 created); the replicas are reached through it. Every fault test adds a row to the fault table that

@@ -1,4 +1,4 @@
-"""Faults under load (issue 8): each test runs a constant streaming load (4 clients) through the
+"""Faults under load: each test runs a constant streaming load (4 clients) through the
 balancer, causes one fault, and counts every request. A test fails when service or data is lost:
 a request that fails although it was not in flight on the broken part, a replica that does not
 come back, or a play that does not refuse a bad change. Each adds a row to the fault table that

@@ -1,4 +1,4 @@
-"""Issue 6's acceptance on real engines: playbooks/upgrade.yml pushes an engine-config change
+"""Rolling upgrades on real engines: playbooks/upgrade.yml pushes an engine-config change
 (max_num_seqs halved) to every replica, one at a time (drain, let in-flight requests finish, change,
 health-gate, undrain), under a constant load through the balancer: not one request may fail.
 The change is a restart of every replica with a new config, so it is also the full rolling restart.
