@@ -17,6 +17,7 @@ entry: variables given to the role or task are not part of hostvars.
   cluster_address(hostvars, name, override='')         -> the address other hosts use for NAME
   cluster_api_url(hostvars, head)                      -> http://ADDRESS:PORT of a head's API
   cluster_engine_topology(log_text)                    -> what a node's engine log says it ran as
+  cluster_join_errors(journals, replica, unit, tail)   -> [message, ...] per worker that did not join
   cluster_replica_report(replicas, engines, upstreams)  -> per replica: nodes, TP/world size, share
 
 Every address one host uses for another (nginx upstreams, Prometheus targets, the playbooks' URLs,
@@ -103,13 +104,22 @@ def cluster_api_url(hostvars, head):
 _WORLD = re.compile(r"world_size=(?P<world>[0-9]+) rank=(?P<rank>[0-9]+) local_rank=[0-9]+ "
                     r"distributed_init_method=(?P<init>\S+) backend=(?P<backend>\w+)")
 _TP = re.compile(r"\btensor_parallel_size=(?P<tp>[0-9]+)")
+# Logged by every rank once the world group is formed, i.e. once all ranks met (the world_size=
+# line above comes before the rendezvous, so it does not prove that the rank joined).
+_JOINED = re.compile(r"\brank (?P<rank>[0-9]+) in world size (?P<world>[0-9]+) is assigned as\b")
 
 
 def cluster_engine_topology(text):
-    """What an engine's log (one start of its unit) says: {world_size, ranks, tensor_parallel_size,
-    backend, init_method}; None where the log does not say (the last line of each kind counts)."""
-    out = {"world_size": None, "ranks": [], "tensor_parallel_size": None, "backend": None, "init_method": None}
+    """What an engine's log (one start of its unit) says: {world_size, ranks, joined,
+    tensor_parallel_size, backend, init_method}; None where the log does not say (the last line of
+    each kind counts). ranks: the ranks that started their rendezvous; joined: those that completed
+    it (their place in the world group is logged only once every rank is there)."""
+    out = {"world_size": None, "ranks": [], "joined": [], "tensor_parallel_size": None, "backend": None,
+           "init_method": None}
     for line in (text or "").splitlines():
+        match = _JOINED.search(line)
+        if match and int(match.group("rank")) not in out["joined"]:
+            out["joined"].append(int(match.group("rank")))
         match = _WORLD.search(line)
         if match:
             out["world_size"] = int(match.group("world"))
@@ -122,7 +132,40 @@ def cluster_engine_topology(text):
         if match:
             out["tensor_parallel_size"] = int(match.group("tp"))
     out["ranks"].sort()
+    out["joined"].sort()
     return out
+
+
+def cluster_join_errors(journals, replica, unit="vllm", tail=15):
+    """One message per worker of REPLICA whose engine did not join its head's world group in this
+    start, with the last TAIL lines of its journal. JOURNALS: the results of reading each worker's
+    journal of this start (a registered loop: item = worker, stdout, rc; unreachable/msg)."""
+    by_worker = {}
+    for result in journals or []:
+        if isinstance(result, dict) and result.get("item") is not None:
+            by_worker[str(result["item"])] = result
+    errors = []
+    for worker in (replica or {}).get("workers", []):
+        prefix = "replica %s not ready: worker %s did not join" % (replica.get("name", "?"), worker)
+        result = by_worker.get(worker)
+        if result is None or result.get("skipped"):
+            errors.append("%s (its journal was not read)" % prefix)
+            continue
+        if result.get("unreachable") or result.get("rc", 0) != 0:
+            errors.append("%s (its journal could not be read: %s)" % (
+                prefix, str(result.get("msg") or result.get("stderr") or "rc %s" % result.get("rc")).strip()))
+            continue
+        text = result.get("stdout") or ""
+        if cluster_engine_topology(text)["joined"]:
+            continue
+        lines = [line for line in text.splitlines() if line.strip()][-int(tail):]
+        if lines:
+            errors.append("%s (last %d lines of its journal of this start, journalctl -u %s on %s): %s"
+                          % (prefix, len(lines), unit, worker, " | ".join(lines)))
+        else:
+            errors.append("%s (its journal of this start is empty: the unit never logged; systemctl status %s on %s)"
+                          % (prefix, unit, worker))
+    return errors
 
 
 def cluster_replica_report(replicas, engines, upstreams):
@@ -291,5 +334,6 @@ class FilterModule(object):
             "cluster_address": cluster_address,
             "cluster_api_url": cluster_api_url,
             "cluster_engine_topology": cluster_engine_topology,
+            "cluster_join_errors": cluster_join_errors,
             "cluster_replica_report": cluster_replica_report,
         }

@@ -47,6 +47,14 @@ def test_engine_topology(case):
     _subset(case["expect"], cluster.cluster_engine_topology(text), case["name"])
 
 
+@pytest.mark.parametrize("case", CASES["join_errors"], ids=[c["name"] for c in CASES["join_errors"]])
+def test_join_errors(case):
+    errors = cluster.cluster_join_errors(case["journals"], case["replica"], "vllm", case.get("tail", 15))
+    assert len(errors) == len(case["expect"]), errors
+    for message, fragment in zip(errors, case["expect"]):
+        assert fragment in message, (fragment, message)
+
+
 def test_replica_report_names_nodes_sizes_and_share():
     hostvars = {
         "dgx1": {"ansible_host": "10.0.0.1", "vllm_service_replica": "r1"},
