@@ -148,9 +148,11 @@ def cluster_join_errors(journals, replica, unit="vllm", tail=15):
     for worker in (replica or {}).get("workers", []):
         prefix = "replica %s not ready: worker %s did not join" % (replica.get("name", "?"), worker)
         result = by_worker.get(worker)
-        if result is None or result.get("skipped"):
+        if result is None:
             errors.append("%s (its journal was not read)" % prefix)
             continue
+        if result.get("skipped"):
+            continue  # not this host's to say (a worker's own rescue skips its peers' journals)
         if result.get("unreachable") or result.get("rc", 0) != 0:
             errors.append("%s (its journal could not be read: %s)" % (
                 prefix, str(result.get("msg") or result.get("stderr") or "rc %s" % result.get("rc")).strip()))
