@@ -17,6 +17,8 @@ LB = "cluster-lb1"
 # Two replicas of tensor parallel 2 (molecule.yml): r1 = dgx1 + dgx2, r2 = dgx3 + dgx4.
 HEADS = ("cluster-dgx1", "cluster-dgx3")
 WORKERS = {"cluster-dgx2": "cluster-dgx1", "cluster-dgx4": "cluster-dgx3"}  # worker: its head
+# replica (vllm_service_replica: the balancer's and upgrade.yml's name for it): (head, worker)
+REPLICAS = {"r1": ("cluster-dgx1", "cluster-dgx2"), "r2": ("cluster-dgx3", "cluster-dgx4")}
 MODEL = "tiny-llama"
 REPO = os.environ.get("MOLECULE_PROJECT_DIRECTORY") or os.path.abspath(
     os.path.join(os.path.dirname(__file__), "..", "..", ".."))

@@ -1,4 +1,5 @@
-"""Faults under load: each test runs a constant streaming load (4 clients) through the
+"""Faults under load on two-node replicas (r1 = cluster-dgx1 head + cluster-dgx2 worker, r2 =
+cluster-dgx3 + cluster-dgx4): each test runs a constant streaming load (4 clients) through the
 balancer, causes one fault, and counts every request. A test fails when service or data is lost:
 a request that fails although it was not in flight on the broken part, a replica that does not
 come back, or a play that does not refuse a bad change. Each adds a row to the fault table that
@@ -10,7 +11,7 @@ import time
 
 from lab_testinfra import podman, role_play, running, wait_until
 
-from conftest import FAULTS, HEADS, LB, one_line, served_by
+from conftest import FAULTS, HEADS, LB, REPLICAS, one_line, served_by
 
 # Ready in the lab means: a replica that was killed or rebooted serves through the balancer again.
 # A CPU engine with a cold page cache on a loaded 2-core CI machine takes minutes; the bound is loose.
@@ -76,10 +77,11 @@ def test_balancer_reloaded_and_a_replica_drained_under_load(lab_host, load, head
         lb.check_output("systemctl reload nginx")
         time.sleep(2)
     # A drain and an undrain: two real configuration changes, each tested and reloaded by the tool.
-    lb.check_output("%s drain %s", DRAIN, HEADS[0])
+    # The balancer knows a replica by its name (vllm_service_replica); its head is its one upstream.
+    lb.check_output("%s drain %s", DRAIN, "r1")
     time.sleep(4)
     during_drain = len(lo.snapshot())
-    lb.check_output("%s undrain %s", DRAIN, HEADS[0])
+    lb.check_output("%s undrain %s", DRAIN, "r1")
     wait_until(lambda: any(r["ok"] and served_by(r, head_ip[HEADS[0]]) and r["start"] > t0 + 10
                            for r in lo.snapshot()), 120, what=f"{HEADS[0]} back after the undrain")
     results = lo.take()
@@ -95,18 +97,21 @@ def test_balancer_reloaded_and_a_replica_drained_under_load(lab_host, load, head
 VLLM_PLAY = role_play("vllm_service", hosts="vllm_nodes", gather_facts=True)
 
 
+def engine_state(h):
+    return main_pid(h), h.file("/etc/vllm/config.yaml").sha256sum
+
+
 def test_bad_engine_config_refused_while_the_engine_serves(run_play, lab_host, load):
-    name = HEADS[0]
-    h = lab_host(name)
-    before = (main_pid(h), h.file("/etc/vllm/config.yaml").sha256sum)
+    nodes = REPLICAS["r1"]  # the head and its worker: the change is refused on both, before either changes
+    before = {n: engine_state(lab_host(n)) for n in nodes}
     lo = load()
     started(lo)
-    res = run_play(VLLM_PLAY, limit=name,
+    res = run_play(VLLM_PLAY, limit=",".join(nodes),
                    extra_vars={"vllm_service_extra_args": {"enforce_eager": True, "no_such_flag": 1}})
     bad, out = refused_under_load(lo, res, "bad engine config pushed (unknown flag)",
                                   "play failed naming the flag; engine, config untouched")
     assert "unrecognized arguments: --no-such-flag" in out and "left untouched" in out, out[-3000:]
-    assert (main_pid(h), h.file("/etc/vllm/config.yaml").sha256sum) == before
+    assert {n: engine_state(lab_host(n)) for n in nodes} == before
     assert not bad, describe(bad)
 
 
@@ -150,8 +155,8 @@ def test_bad_network_config_refused_before_apply_connectivity_kept(run_play, lab
     assert not bad, f"the play ran from {t0:.1f} to {t1:.1f}; " + describe(bad)
 
 
-def test_engine_killed_under_load_restarts_and_rejoins(lab_host, load, head_ip):
-    name = HEADS[1]
+def test_head_engine_killed_under_load_restarts_and_rejoins(lab_host, load, head_ip):
+    name = REPLICAS["r2"][0]
     h, ip = lab_host(name), head_ip[name]
     pid = main_pid(h)
     restarts = int(h.check_output("systemctl show -p NRestarts --value vllm"))
@@ -164,15 +169,86 @@ def test_engine_killed_under_load_restarts_and_rejoins(lab_host, load, head_ip):
     time.sleep(3)
     results = lo.take()
     bad = failures(results)
-    FAULTS.append(("replica engine killed (SIGKILL)", len(results), len(bad), back["end"] - t_fault,
+    FAULTS.append(("replica head engine killed (SIGKILL)", len(results), len(bad), back["end"] - t_fault,
                    "systemd restarted it, nginx routed around it"))
     assert_only_in_flight_failed(bad, lo.concurrency, t_done, "the kill")
     assert int(h.check_output("systemctl show -p NRestarts --value vllm")) > restarts
     assert main_pid(h) not in ("0", pid)
 
 
+def test_worker_engine_killed_under_load_only_its_replica_fails(lab_host, load, head_ip):
+    """SIGKILL to the engine of r2's worker. Only requests in flight on r2 may fail: none sent after
+    the kill (the balancer routes around r2 until it serves again), none served by r1. systemd
+    restarts the worker, which joins its head again without anyone touching either node."""
+    head, worker = REPLICAS["r2"]
+    ip, other_ip = head_ip[head], head_ip[REPLICAS["r1"][0]]
+    w = lab_host(worker)
+    pid = main_pid(w)
+    restarts = int(w.check_output("systemctl show -p NRestarts --value vllm"))
+    since = w.check_output("date +%s")
+    lo = load(timeout=60)  # a request in flight on the broken replica may hang until the client gives up
+    started(lo, ip)
+    t_fault = time.monotonic()
+    w.check_output("kill -KILL %s", pid)
+    t_done = time.monotonic()
+    back = served_again(lo, ip, t_done, f"replica r2 to serve again after its worker {worker} was killed")
+    time.sleep(3)
+    results = lo.take()
+    bad = failures(results)
+    FAULTS.append(("replica worker engine killed (SIGKILL)", len(results), len(bad), back["end"] - t_fault,
+                   "r2's in-flight only, none on r1; the worker rejoined by itself"))
+    assert not [r for r in bad if served_by(r, other_ip)], "r1 failed requests: " + describe(bad)
+    assert_only_in_flight_failed(bad, lo.concurrency, t_done, "the worker's kill")
+    assert int(w.check_output("systemctl show -p NRestarts --value vllm")) > restarts
+    assert main_pid(w) not in ("0", pid)
+    # Each rank logs its place in the world group once all ranks met: the new worker joined its head.
+    joined = w.check_output("journalctl -u vllm --since @%s -o cat | grep -c 'in world size 2 is assigned as' || true",
+                            since)
+    assert int(joined or 0) >= 1, f"no rank of {worker} joined its head again"
+
+
+# A real change (the lab's max_num_seqs is 64): the role restarts the replica's worker, then its head.
+ENGINE_CHANGE = {"max_num_seqs": 48, "max_num_batched_tokens": 2048, "enable_chunked_prefill": True,
+                 "enable_prefix_caching": True}
+
+
+def test_worker_that_cannot_reach_its_head_is_named_with_its_journal(run_play, lab_host, load, head_ip):
+    """A change restarts r2 while its worker cannot reach the head's fabric address (a blackhole
+    route on the worker; Ansible reaches it on the management network). The play fails with
+    'replica r2 not ready: worker cluster-dgx4 did not join' and that worker's journal lines. r2 is
+    drained first, as for maintenance: the load must not lose a request. Then the route goes, a run
+    without the change puts r2 back, and it serves again."""
+    head, worker = REPLICAS["r2"]
+    lb, w = lab_host(LB), lab_host(worker)
+    head_fabric = lab_host(head).check_output("ip -4 -o addr show dev eth1 | awk '{print $4}'").split("/")[0]
+    lo = load()
+    started(lo)
+    lb.check_output("%s drain %s", DRAIN, "r2")
+    t_fault = time.monotonic()
+    try:
+        w.check_output("ip route add blackhole %s/32", head_fabric)
+        res = run_play(VLLM_PLAY, limit=",".join(REPLICAS["r2"]), extra_vars={
+            "vllm_service_engine": ENGINE_CHANGE, "vllm_service_ready_timeout": 120, "vllm_service_recover_timeout": 30})
+    finally:
+        w.run("ip route del blackhole %s/32", head_fabric)
+    t_fixed = time.monotonic()
+    again = run_play(VLLM_PLAY, limit=",".join(REPLICAS["r2"]))
+    lb.check_output("%s undrain %s", DRAIN, "r2")
+    back = served_again(lo, head_ip[head], t_fixed, "r2 to serve again once its worker reaches its head")
+    results = lo.take()
+    bad = failures(results)
+    FAULTS.append(("worker cannot reach its head at a restart", len(results), len(bad), back["end"] - t_fixed,
+                   f"play named the worker ({t_fixed - t_fault:.0f} s); r2 drained, r1 served"))
+    out = one_line(res.output)
+    assert res.rc != 0, res
+    assert f"replica r2 not ready: worker {worker} did not join" in out, out[-3000:]
+    assert f"journalctl -u vllm on {worker}" in out, out[-3000:]
+    assert again.rc == 0, again
+    assert not bad, describe(bad)
+
+
 def test_replica_host_stopped_under_load_comes_back(lab_host, load, head_ip):
-    name = HEADS[1]
+    name = REPLICAS["r2"][0]
     ip = head_ip[name]
     lo = load(timeout=60)  # a request in flight on the dead host hangs until the client gives up
     started(lo, ip)
@@ -190,7 +266,7 @@ def test_replica_host_stopped_under_load_comes_back(lab_host, load, head_ip):
     time.sleep(3)
     results = lo.take()
     bad = failures(results)
-    FAULTS.append(("replica host stopped (podman kill), restarted", len(results), len(bad),
+    FAULTS.append(("replica head host stopped (podman kill), restarted", len(results), len(bad),
                    back["end"] - t_start, f"down {t_start - t_fault:.0f} s; recovery timed from its start"))
     assert sum(r["ok"] for r in during) >= 5, f"the other replica must serve meanwhile: {describe(failures(during))}"
     assert_only_in_flight_failed(bad, lo.concurrency, t_done, "the host stopped")
