@@ -155,25 +155,33 @@ def test_bad_network_config_refused_before_apply_connectivity_kept(run_play, lab
     assert not bad, f"the play ran from {t0:.1f} to {t1:.1f}; " + describe(bad)
 
 
-def test_head_engine_killed_under_load_restarts_and_rejoins(lab_host, load, head_ip):
-    name = REPLICAS["r2"][0]
-    h, ip = lab_host(name), head_ip[name]
+def engine_killed_under_load(lab_host, load, node, ip, fault, checked):
+    """SIGKILL to NODE's engine under the load; waits until the replica (its head at IP) serves again,
+    adds the table row, checks that systemd restarted the engine and that only in-flight requests
+    failed. Returns the failed requests."""
+    h = lab_host(node)
     pid = main_pid(h)
     restarts = int(h.check_output("systemctl show -p NRestarts --value vllm"))
-    lo = load()
+    lo = load(timeout=60)  # a request in flight on the broken replica may hang until the client gives up
     started(lo, ip)
     t_fault = time.monotonic()
     h.check_output("kill -KILL %s", pid)
     t_done = time.monotonic()
-    back = served_again(lo, ip, t_done, f"{name} to serve again after its engine was killed")
+    back = served_again(lo, ip, t_done, f"the replica of {node} to serve again after its engine was killed")
     time.sleep(3)
     results = lo.take()
     bad = failures(results)
-    FAULTS.append(("replica head engine killed (SIGKILL)", len(results), len(bad), back["end"] - t_fault,
-                   "systemd restarted it, nginx routed around it"))
+    FAULTS.append((fault, len(results), len(bad), back["end"] - t_fault, checked))
     assert_only_in_flight_failed(bad, lo.concurrency, t_done, "the kill")
     assert int(h.check_output("systemctl show -p NRestarts --value vllm")) > restarts
     assert main_pid(h) not in ("0", pid)
+    return bad
+
+
+def test_head_engine_killed_under_load_restarts_and_rejoins(lab_host, load, head_ip):
+    name = REPLICAS["r2"][0]
+    engine_killed_under_load(lab_host, load, name, head_ip[name], "replica head engine killed (SIGKILL)",
+                             "systemd restarted it, nginx routed around it")
 
 
 def test_worker_engine_killed_under_load_only_its_replica_fails(lab_host, load, head_ip):
@@ -181,26 +189,12 @@ def test_worker_engine_killed_under_load_only_its_replica_fails(lab_host, load, 
     the kill (the balancer routes around r2 until it serves again), none served by r1. systemd
     restarts the worker, which joins its head again without anyone touching either node."""
     head, worker = REPLICAS["r2"]
-    ip, other_ip = head_ip[head], head_ip[REPLICAS["r1"][0]]
     w = lab_host(worker)
-    pid = main_pid(w)
-    restarts = int(w.check_output("systemctl show -p NRestarts --value vllm"))
     since = w.check_output("date +%s")
-    lo = load(timeout=60)  # a request in flight on the broken replica may hang until the client gives up
-    started(lo, ip)
-    t_fault = time.monotonic()
-    w.check_output("kill -KILL %s", pid)
-    t_done = time.monotonic()
-    back = served_again(lo, ip, t_done, f"replica r2 to serve again after its worker {worker} was killed")
-    time.sleep(3)
-    results = lo.take()
-    bad = failures(results)
-    FAULTS.append(("replica worker engine killed (SIGKILL)", len(results), len(bad), back["end"] - t_fault,
-                   "r2's in-flight only, none on r1; the worker rejoined by itself"))
+    bad = engine_killed_under_load(lab_host, load, worker, head_ip[head], "replica worker engine killed (SIGKILL)",
+                                   "r2's in-flight only, none on r1; the worker rejoined by itself")
+    other_ip = head_ip[REPLICAS["r1"][0]]
     assert not [r for r in bad if served_by(r, other_ip)], "r1 failed requests: " + describe(bad)
-    assert_only_in_flight_failed(bad, lo.concurrency, t_done, "the worker's kill")
-    assert int(w.check_output("systemctl show -p NRestarts --value vllm")) > restarts
-    assert main_pid(w) not in ("0", pid)
     # Each rank logs its place in the world group once all ranks met: the new worker joined its head.
     joined = w.check_output("journalctl -u vllm --since @%s -o cat | grep -c 'in world size 2 is assigned as' || true",
                             since)
