@@ -17,7 +17,8 @@ entry: variables given to the role or task are not part of hostvars.
   cluster_address(hostvars, name, override='')         -> the address other hosts use for NAME
   cluster_api_url(hostvars, head)                      -> http://ADDRESS:PORT of a head's API
   cluster_engine_topology(log_text)                    -> what a node's engine log says it ran as
-  cluster_join_errors(journals, replica, unit, tail)   -> [message, ...] per worker that did not join
+  cluster_join_errors(journals, replica, unit, tail, head_log)
+                                                       -> [message, ...] per worker that did not join
   cluster_replica_report(replicas, engines, upstreams)  -> per replica: nodes, TP/world size, share
 
 Every address one host uses for another (nginx upstreams, Prometheus targets, the playbooks' URLs,
@@ -136,10 +137,17 @@ def cluster_engine_topology(text):
     return out
 
 
-def cluster_join_errors(journals, replica, unit="vllm", tail=15):
+def cluster_join_errors(journals, replica, unit="vllm", tail=15, head_log=None):
     """One message per worker of REPLICA whose engine did not join its head's world group in this
     start, with the last TAIL lines of its journal. JOURNALS: the results of reading each worker's
-    journal of this start (a registered loop: item = worker, stdout, rc; unreachable/msg)."""
+    journal of this start (a registered loop: item = worker, stdout, rc; unreachable/msg).
+    HEAD_LOG (the head's journal of this start), when given, says whether the workers are the cause
+    at all: none is named when the head never began its rendezvous (its own error is the cause) or
+    when its ranks joined (the world group formed, so every worker was there)."""
+    if head_log is not None:
+        head = cluster_engine_topology(head_log)
+        if not head["ranks"] or head["joined"]:
+            return []
     by_worker = {}
     for result in journals or []:
         if isinstance(result, dict) and result.get("item") is not None:

@@ -49,7 +49,8 @@ def test_engine_topology(case):
 
 @pytest.mark.parametrize("case", CASES["join_errors"], ids=[c["name"] for c in CASES["join_errors"]])
 def test_join_errors(case):
-    errors = cluster.cluster_join_errors(case["journals"], case["replica"], "vllm", case.get("tail", 15))
+    errors = cluster.cluster_join_errors(case["journals"], case["replica"], "vllm", case.get("tail", 15),
+                                         case.get("head_log"))
     assert len(errors) == len(case["expect"]), errors
     for message, fragment in zip(errors, case["expect"]):
         assert fragment in message, (fragment, message)
