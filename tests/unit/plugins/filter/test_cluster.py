@@ -67,3 +67,8 @@ def test_replica_report_names_nodes_sizes_and_share():
     assert (r1["requests"], r1["share"], r2["requests"], r2["share"]) == (60, 0.6, 40, 0.4)
     empty = cluster.cluster_replica_report(replicas, {}, {})
     assert empty[0]["share"] is None and empty[0]["tensor_parallel_size"] is None
+
+
+@pytest.mark.parametrize("case", CASES["scrape_jobs"], ids=[c["name"] for c in CASES["scrape_jobs"]])
+def test_scrape_jobs(case):
+    assert cluster.cluster_scrape_jobs(case["hostvars"], case["groups"], case["settings"]) == case["expect"]
