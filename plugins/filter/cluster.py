@@ -20,6 +20,7 @@ entry: variables given to the role or task are not part of hostvars.
   cluster_join_errors(journals, replica, unit, tail, head_log)
                                                        -> [message, ...] per worker that did not join
   cluster_replica_report(replicas, engines, upstreams)  -> per replica: nodes, TP/world size, share
+  cluster_scrape_jobs(hostvars, groups, settings)      -> Prometheus' targets per job (monitoring)
 
 Every address one host uses for another (nginx upstreams, Prometheus targets, the playbooks' URLs,
 a replica's management address) comes from cluster_address: the host's OVERRIDE variable when set
@@ -32,6 +33,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
+
+from ansible.module_utils.parsing.convert_bool import boolean
 
 # rdma-core's udev naming (NAME_PCI) for a RoCE device follows the netdev's PCI path:
 # enp1s0f1np1 -> rocep1s0f1, enP2p1s0f1np1 -> roceP2p1s0f1 (the two halves of a DGX Spark's
@@ -94,11 +97,65 @@ def cluster_address(hostvars, name, override=""):
 
 def cluster_api_url(hostvars, head):
     """http://ADDRESS:PORT of HEAD's API (vllm_service_api.port, default 8000; IPv6 in brackets)."""
-    address = cluster_address(hostvars, head)
+    api = _get(_get(hostvars, head, {}), "vllm_service_api", {}) or {}
+    return "http://" + _host_port(cluster_address(hostvars, head), int(_get(api, "port", DEFAULTS["api_port"])))
+
+
+def _host_port(address, port):
+    """ADDRESS:PORT, an IPv6 address in brackets."""
     if ":" in address and not address.startswith("["):
         address = "[%s]" % address
-    api = _get(_get(hostvars, head, {}), "vllm_service_api", {}) or {}
-    return "http://%s:%d" % (address, int(_get(api, "port", DEFAULTS["api_port"])))
+    return "%s:%s" % (address, port)
+
+
+# What cluster_scrape_jobs reads from its settings (the monitoring role's variables, without the prefix).
+SCRAPE_SETTINGS = {
+    "vllm_targets": [], "vllm_heads_group": "vllm_heads", "vllm_default_port": 8000,
+    "node_exporter_enabled": True, "node_exporter_group": "cluster", "node_exporter_port": 9100,
+    "balancers_group": "balancers", "nginx_exporter_enabled": True, "nginx_exporter_port": 9113,
+    "nginx_log_metrics_enabled": True, "mtail_port": 3903,
+    "dcgm_exporter_enabled": True, "gpu_group": "gpu_nodes", "dcgm_exporter_port": 9400,
+    "address_variable": "monitoring_scrape_address",
+}
+
+
+def cluster_scrape_jobs(hostvars, groups, settings=None):
+    """Prometheus' scrape targets per job, {job: [{targets: [ADDRESS:PORT], labels: {...}}]}, from the
+    inventory: vLLM on each head (its vllm_service_api.port, labels host and replica), node exporter on
+    each host of its group, nginx exporter and mtail on each balancer, DCGM exporter on each GPU host
+    whose cluster_has_gpu is not false. Each address is cluster_address's (settings' address_variable,
+    else ansible_host). Explicit vllm_targets replace the heads'."""
+    s = dict(SCRAPE_SETTINGS, **(settings or {}))
+    jobs = {"vllm": [], "node": [], "nginx": [], "nginx_log": [], "dcgm": []}
+
+    def members(group):
+        return list(_get(groups, group, []) or [])
+
+    def target(host, port):
+        return _host_port(cluster_address(hostvars, host, s["address_variable"]), port)
+
+    if s["vllm_targets"]:
+        for item in s["vllm_targets"]:
+            jobs["vllm"].append({"targets": [str(item["address"])], "labels": dict(item.get("labels") or {})})
+    else:
+        for host in members(s["vllm_heads_group"]):
+            hv = _get(hostvars, host, {})
+            port = _get(_get(hv, "vllm_service_api", {}) or {}, "port", s["vllm_default_port"])
+            jobs["vllm"].append({"targets": [target(host, port)],
+                                 "labels": {"host": host, "replica": str(_get(hv, "vllm_service_replica", host))}})
+    if boolean(s["node_exporter_enabled"]):
+        for host in members(s["node_exporter_group"]):
+            jobs["node"].append({"targets": [target(host, s["node_exporter_port"])], "labels": {"host": host}})
+    for host in members(s["balancers_group"]):
+        if boolean(s["nginx_exporter_enabled"]):
+            jobs["nginx"].append({"targets": [target(host, s["nginx_exporter_port"])], "labels": {"host": host}})
+        if boolean(s["nginx_log_metrics_enabled"]):
+            jobs["nginx_log"].append({"targets": [target(host, s["mtail_port"])], "labels": {"host": host}})
+    if boolean(s["dcgm_exporter_enabled"]):
+        for host in members(s["gpu_group"]):
+            if boolean(_get(_get(hostvars, host, {}), "cluster_has_gpu", True)):
+                jobs["dcgm"].append({"targets": [target(host, s["dcgm_exporter_port"])], "labels": {"host": host}})
+    return jobs
 
 
 # vLLM's own log lines: every rank's torch.distributed init, and the engine config on the head.
@@ -346,4 +403,5 @@ class FilterModule(object):
             "cluster_engine_topology": cluster_engine_topology,
             "cluster_join_errors": cluster_join_errors,
             "cluster_replica_report": cluster_replica_report,
+            "cluster_scrape_jobs": cluster_scrape_jobs,
         }

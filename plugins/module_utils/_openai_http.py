@@ -26,9 +26,11 @@ import ssl
 import threading
 import time
 import urllib.request
+
 from urllib.error import HTTPError, URLError
 from urllib.parse import urlsplit
 
+from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import make_context
 
 BODY_LIMIT = 500
@@ -582,6 +584,16 @@ def http_argument_spec():
         request_timeout=dict(type='float', default=60.0),
         max_response_size=dict(type='int', default=MAX_RESPONSE_SIZE),
     )
+
+
+def start_module(argument_spec, validate):
+    """The module (check mode supported) and its connection settings (http_options). Before any request
+    it fails naming every invalid option: validate(params) returns the problems, an empty list when none."""
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    problems = validate(module.params)
+    if problems:
+        module.fail_json(msg='Invalid options: ' + '; '.join(problems))
+    return module, http_options(module)
 
 
 def http_options(module):

@@ -212,21 +212,18 @@ body:
 
 import time
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.llmops.vllm_cluster.plugins.module_utils._openai_http import (
     APIS,
     completion,
     http_argument_spec,
-    http_options,
     http_request,
     model_ids,
+    start_module,
     truncate,
 )
 
 
-def _validate(module):
-    params = module.params
+def _validate(params):
     problems = []
     if params['model'] is not None and not params['model'].strip():
         problems.append('model must not be empty (leave it unset to use the first listed model)')
@@ -245,8 +242,7 @@ def _validate(module):
         problems.append("health_path must start with '/', got '%s'" % params['health_path'])
     if not params['prompt']:
         problems.append('prompt must not be empty')
-    if problems:
-        module.fail_json(msg='Invalid options: ' + '; '.join(problems))
+    return problems
 
 
 class StageFailure(Exception):
@@ -337,9 +333,7 @@ def main():
         delay=dict(type='float', default=5.0),
         retries=dict(type='int'),
     )
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    _validate(module)
-    conn = http_options(module)
+    module, conn = start_module(argument_spec, _validate)
     params = module.params
 
     start = time.monotonic()
@@ -356,7 +350,12 @@ def main():
             failure = None
             break
         except StageFailure as exc:
-            failure = exc
+            # An attempt the deadline cut says less than the answer before it (a wrong model, a 503).
+            if failure is not None and failure.status is not None and exc.status is None \
+                    and time.monotonic() >= deadline:
+                failure.message += ' (the next attempt was cut by the timeout)'
+            else:
+                failure = exc
         if failure.fatal:
             break
         if params['retries'] is not None and attempts >= params['retries']:

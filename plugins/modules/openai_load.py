@@ -253,15 +253,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.llmops.vllm_cluster.plugins.module_utils._openai_http import (
     APIS,
     completion,
     http_argument_spec,
-    http_options,
     http_request,
     model_ids,
+    start_module,
     truncate,
 )
 from ansible_collections.llmops.vllm_cluster.plugins.module_utils._stats import distribution_skew, summarize
@@ -440,12 +438,8 @@ def main():
         max_distribution_skew=dict(type='float'),
         min_upstreams=dict(type='int'),
     )
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    module, conn = start_module(argument_spec, validate)
     params = module.params
-    problems = validate(params)
-    if problems:
-        module.fail_json(msg='Invalid options: ' + '; '.join(problems))
-    conn = http_options(module)
     base = dict(changed=False, requests=params['requests'], concurrency=params['concurrency'])
     if module.check_mode:
         module.exit_json(skipped=True, msg='check mode: would send %d requests, %d at a time, to %s'

@@ -179,12 +179,10 @@ parse_errors:
   sample: []
 '''
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.llmops.vllm_cluster.plugins.module_utils._openai_http import (
     http_argument_spec,
-    http_options,
     http_request,
+    start_module,
     truncate,
 )
 from ansible_collections.llmops.vllm_cluster.plugins.module_utils._prometheus import (
@@ -256,12 +254,8 @@ def main():
         max_preemptions=dict(type='int'),
         min_spec_acceptance_rate=dict(type='float'),
     )
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    module, conn = start_module(argument_spec, validate)
     params = module.params
-    problems = validate(params)
-    if problems:
-        module.fail_json(msg='Invalid options: ' + '; '.join(problems))
-    conn = http_options(module)
     resp = http_request(conn['base_url'] + params['metrics_path'], headers=conn['headers'], timeout=conn['timeout'],
                         validate_certs=conn['validate_certs'], ca_path=conn['ca_path'], max_size=conn['max_size'])
     if resp['status'] != 200:

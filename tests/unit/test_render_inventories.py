@@ -21,6 +21,8 @@ import yaml
 from ansible_run import inventory_groups, run_inventory_play  # tests/unit
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# A test inventory beside the shipped ones: replicas of different sizes (its hosts.yml says why).
+MIXED = ROOT / "tests" / "unit" / "fixtures" / "inventories" / "mixed_sizes"
 INVENTORIES = sorted(p.name for p in (ROOT / "inventories").iterdir()
                      if p.is_dir() and (p / "hosts.yml").exists())
 
@@ -138,6 +140,11 @@ def _playbook_urls():
             "upgrade_head_url": upgrade_play["vars"]["upgrade_head_url"]}
 
 
+def _dir(inventory):
+    """A shipped inventory by name, or the mixed-size test inventory."""
+    return MIXED if inventory == MIXED.name else ROOT / "inventories" / inventory
+
+
 def rendered(inventory, tmp_path_factory):
     """{host: {file name: text}} for INVENTORY (rendered once per test session)."""
     if inventory in _RENDERED:
@@ -150,7 +157,7 @@ def rendered(inventory, tmp_path_factory):
              "firewall_gather_facts": False,
              "vault_vllm_api_key": "render-test-engine-key-0001", "vault_edge_api_keys": ["render-test-edge-key-0001"],
              "vault_hf_token": "render-test-hf-token-0001", **_playbook_urls()}
-    proc = run_inventory_play(ROOT / "inventories" / inventory, PLAY, extra, work)
+    proc = run_inventory_play(_dir(inventory), PLAY, extra, work)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     files = {}
     for host_dir in sorted(out.iterdir()):
@@ -160,12 +167,12 @@ def rendered(inventory, tmp_path_factory):
 
 
 def _hosts(inventory):
-    return inventory_groups(ROOT / "inventories" / inventory)
+    return inventory_groups(_dir(inventory))
 
 
 def _hostvars(inventory):
     """Each host's variables as hosts.yml gives them (merged over every group it appears in)."""
-    data = yaml.safe_load((ROOT / "inventories" / inventory / "hosts.yml").read_text(encoding="utf-8"))
+    data = yaml.safe_load((_dir(inventory) / "hosts.yml").read_text(encoding="utf-8"))
     out = {}
 
     def walk(node):
@@ -184,7 +191,7 @@ def _management(inventory, host):
 
 
 def _fabric(inventory, host):
-    path = ROOT / "inventories" / inventory / "host_vars" / f"{host}.yml"
+    path = _dir(inventory) / "host_vars" / f"{host}.yml"
     hv = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
     return [i for i in (hv or {}).get("network_interfaces", []) if i.get("role") == "fabric" and i.get("addresses")]
 
@@ -350,3 +357,23 @@ def test_no_inventory_name_where_an_address_belongs(inventory, tmp_path_factory)
         except ValueError:
             bad.append("%s: %s (not an address)" % (where, target))
     assert not bad, "\n".join(bad)
+
+
+def test_replicas_of_different_sizes_render_each_at_its_own_size(tmp_path_factory):
+    """r1 is tensor parallel 2 across dgx1 + dgx2, r2 is dgx3 alone: each replica's nodes get their
+    own replica's rendezvous (none for r2), the balancer and Prometheus reach both heads, and only
+    r1's nodes open the engine's peer ports to each other."""
+    files = rendered(MIXED.name, tmp_path_factory)
+    r1_head, r1_worker, r2 = (yaml.safe_load(files[h]["config.yaml"]) for h in ("dgx1", "dgx2", "dgx3"))
+    assert (r1_head["nnodes"], r1_head["node-rank"], r1_head["tensor-parallel-size"]) == (2, 0, 2)
+    assert (r1_worker["nnodes"], r1_worker["node-rank"], r1_worker["headless"]) == (2, 1, True)
+    assert r1_head["master-addr"] == r1_worker["master-addr"] == _fabric_address(MIXED.name, "dgx1")
+    assert "nnodes" not in r2 and "master-addr" not in r2 and not r2.get("headless", False), r2
+    assert r2.get("tensor-parallel-size", 1) == 1, r2
+    upstream = re.findall(r"^\s*server\s+([0-9][^\s;]*)", files["lb1"]["vllm-lb.conf"], re.M)
+    assert sorted(upstream) == ["10.0.0.1:8000", "10.0.0.3:8000"], upstream
+    prom = files["lb1"]["prometheus.yml"]
+    assert "10.0.0.1:8000" in prom and "10.0.0.3:8000" in prom and "10.0.0.2:8000" not in prom
+    r1_peer = _fabric_address(MIXED.name, "dgx2")
+    assert r1_peer in files["dgx1"]["ruleset.nft"], "r1's head must let its worker reach the rendezvous"
+    assert r1_peer not in files["dgx3"]["ruleset.nft"], "r2 has no peer: r1's worker must not reach dgx3's engine ports"

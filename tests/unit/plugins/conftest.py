@@ -73,6 +73,7 @@ class ServerState:
         self.api_key = None
         self.health_failures = 0        # answer 503 to this many /health requests first
         self.models_failures = 0        # answer 503 to this many /v1/models requests first
+        self.models_answered = None     # after this many /v1/models answers, hang (never answer) instead
         self.delay = 0.0                # seconds before answering a completion
         self.first_token_delay = 0.0    # seconds between the SSE headers and the first token
         self.tokens = ['Hello', ',', ' world', '!']
@@ -183,6 +184,13 @@ class Handler(BaseHTTPRequestHandler):
                 if st.models_failures > 0:
                     st.models_failures -= 1
                     return self._send(503, {'error': 'starting'})
+                hang = st.models_answered is not None and st.models_answered <= 0
+                if st.models_answered is not None:
+                    st.models_answered -= 1
+            if hang:
+                time.sleep(5)
+                self.close_connection = True
+                return None
             return self._send(200, {'object': 'list', 'data': [{'id': st.model, 'object': 'model'}]})
         return self._send(404, {'detail': 'Not Found'})
 

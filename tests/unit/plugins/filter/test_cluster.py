@@ -76,3 +76,22 @@ def test_replica_report_names_nodes_sizes_and_share():
     assert (r1["requests"], r1["share"], r2["requests"], r2["share"]) == (60, 0.6, 40, 0.4)
     empty = cluster.cluster_replica_report(replicas, {}, {})
     assert empty[0]["share"] is None and empty[0]["tensor_parallel_size"] is None
+
+
+@pytest.mark.parametrize("case", CASES["scrape_jobs"], ids=[c["name"] for c in CASES["scrape_jobs"]])
+def test_scrape_jobs(case):
+    assert cluster.cluster_scrape_jobs(case["hostvars"], case["groups"], case["settings"]) == case["expect"]
+
+
+def test_replica_report_of_replicas_of_different_sizes():
+    """A two-node replica beside a single-node one: one row each, at its own size."""
+    hostvars = {"dgx1": {"ansible_host": "10.0.0.1", "vllm_service_replica": "r1"},
+                "dgx2": {"ansible_host": "10.0.0.2", "vllm_service_replica": "r1"},
+                "dgx3": {"ansible_host": "10.0.0.3", "vllm_service_replica": "r2"}}
+    replicas = cluster.cluster_replicas(hostvars, ["dgx1", "dgx3"], ["dgx2"])
+    engines = {"dgx1": {"tensor_parallel_size": 2, "world_size": 2, "ranks": [0]},
+               "dgx2": {"world_size": 2, "ranks": [1]},
+               "dgx3": {"tensor_parallel_size": 1, "world_size": 1, "ranks": [0]}}
+    rows = cluster.cluster_replica_report(replicas, engines, {"10.0.0.1:8000": 50, "10.0.0.3:8000": 50})
+    assert [(r["replica"], r["head"], r["workers"], r["tensor_parallel_size"], r["world_size"], r["share"])
+            for r in rows] == [("r1", "dgx1", ["dgx2"], 2, 2, 0.5), ("r2", "dgx3", [], 1, 1, 0.5)]

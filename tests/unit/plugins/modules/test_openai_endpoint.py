@@ -119,3 +119,14 @@ def test_bad_options(openai_server, run_module, bad, words):
     result, failed = run_module(openai_endpoint, args(st, **bad))
     assert failed and words in result['msg']
     assert st.requests == []  # nothing was sent
+
+
+def test_an_attempt_cut_by_the_deadline_keeps_the_answer_before_it(openai_server, run_module):
+    # The first attempt is answered (wrong model), the next is cut by the deadline while the server
+    # is slow: the failure names the answer, not the cut.
+    st = openai_server
+    st.models_answered = 1
+    result, failed = run_module(openai_endpoint, args(st, model='other-model', timeout=1.0, delay=0.05))
+    assert failed and result['failed_stage'] == 'models'
+    assert "model 'other-model' is not served" in result['msg'], result['msg']
+    assert "cut by the timeout" in result['msg'] and result['attempts'] == 2, result
