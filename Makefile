@@ -23,7 +23,7 @@ SCENARIOS ?= $(CI_SCENARIOS)
 GATE := tests/gate.sh
 
 .PHONY: help venv collection lab-setup lab-images lab-vllm lab-up lab-down lab-status demo test lint yamllint \
-        ansible-lint sanity units test-tags integration molecule molecule-faults molecule-runbooks molecule-all build docs bench-cluster bench-edge clean
+        ansible-lint sanity units test-tags test-tags-lab integration molecule molecule-faults molecule-runbooks molecule-all build docs bench-cluster bench-edge clean
 
 help:
 	@sed -n '1,4p' Makefile
@@ -118,6 +118,10 @@ units: collection
 # contacted): each lists its role's skip decision and preflight. The units check the same per phase.
 test-tags: collection
 	LLMOPS_TAGS_ALONE=1 pytest -q tests/unit/test_role_tags.py
+
+# The same tags, each alone in check mode on the converged lab (after `make demo`): passes, changed=0.
+test-tags-lab: collection
+	LLMOPS_TAGS_LAB=1 pytest -q --durations=5 tests/unit/test_role_tags.py -k on_the_lab
 
 # docs/variables.md is generated from the roles' argument specs (a unit test checks it is current).
 docs: venv

@@ -6,7 +6,12 @@ Checked on the role's task list as ansible-playbook itself lists it for site.yml
 The unit run lists each phase once for every role together (a role's tags carry its name, so one
 role's tasks cannot stand in for another's); `make test-tags` (LLMOPS_TAGS_ALONE=1) runs
 ansible-playbook once per tag, every `<role>` and `<role>_<phase>` tag of site.yml alone.
+
+`make test-tags-lab` (LLMOPS_TAGS_LAB=1, after `make demo`) runs each of those tags alone in check
+mode against the converged lab (inventories/lab, the lab's own containers): each must pass and find
+nothing to change (changed=0 on every host).
 """
+import re
 import os
 import pathlib
 import shutil
@@ -34,13 +39,21 @@ def phases(role):
 SITE_TAGS = sorted({tag for play in yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text(encoding="utf-8"))
                     for tag in play.get("tags", [])})
 ALONE = os.environ.get("LLMOPS_TAGS_ALONE") == "1"
+ON_LAB = os.environ.get("LLMOPS_TAGS_LAB") == "1"
+EVERY_TAG = [t for role in ROLES for t in [role] + phases(role)]
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+def site(*args, timeout=300):
+    """ansible-playbook playbooks/site.yml on inventories/lab with ARGS; the finished process."""
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"),
+               ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run(["ansible-playbook", "-i", str(ROOT / "inventories" / "lab"), str(ROOT / "playbooks" / "site.yml"),
+                           *args], capture_output=True, text=True, env=env, check=False, timeout=timeout)
 
 
 def listed_tasks(tag):
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"),
-               ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(["ansible-playbook", "-i", str(ROOT / "inventories" / "lab"), str(ROOT / "playbooks" / "site.yml"),
-                           "--list-tasks", "--tags", tag], capture_output=True, text=True, env=env, check=False, timeout=300)
+    proc = site("--list-tasks", "--tags", tag)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -93,7 +106,18 @@ def test_phase_tags_list_the_skip_decision_and_the_preflight(phase):
 
 
 @pytest.mark.skipif(not ALONE, reason="one ansible-playbook run per tag (~2 s each): make test-tags")
-@pytest.mark.parametrize("tag", [t for role in ROLES for t in [role] + phases(role)])
+@pytest.mark.parametrize("tag", EVERY_TAG)
 def test_each_tag_alone_lists_the_skip_decision_and_the_preflight(tag):
     role = next(r for r in sorted(ROLES, key=len, reverse=True) if tag == r or tag.startswith(r + "_"))
     check_listing(listed_tasks(tag), [role], tag)
+
+
+@pytest.mark.skipif(not ON_LAB, reason="check mode on the converged lab: make demo, then make test-tags-lab")
+@pytest.mark.parametrize("tag", EVERY_TAG)
+def test_each_tag_alone_in_check_mode_on_the_lab_changes_nothing(tag):
+    proc = site("--check", "--tags", tag, timeout=900)
+    out = proc.stdout + proc.stderr
+    recap = RECAP.findall(proc.stdout)
+    assert proc.returncode == 0 and recap, f"--tags {tag} --check failed (rc {proc.returncode}):\n{out[-5000:]}"
+    changed = {host: int(c) for host, c, unreachable, failed in recap if int(c)}
+    assert not changed, f"--tags {tag} --check on the converged lab would change {changed}:\n{out[-5000:]}"
