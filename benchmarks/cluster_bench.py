@@ -1,4 +1,4 @@
-"""Cluster benchmark and rolling-upgrade test on the lab (issue 6). Prints numbers.
+"""Cluster benchmark and rolling-upgrade test on the lab. Prints numbers.
 
 Runs against the lab that `make lab-up` started (inventories/lab: dgx1..dgx4 replicas, lb1):
 
@@ -31,29 +31,48 @@ from lab_load import Load, pct  # noqa: E402  (shared with the lab's fault tests
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INVENTORY = os.path.join(REPO, "inventories", "lab")
-RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 REPLICA_DONE = re.compile(r"upgrade: replica (\S+) changed and back in the balancer after ([0-9.]+) s")
 
 
+def _messages(node):
+    """Every 'msg' string anywhere in the json callback's document (debug and fail messages)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "msg" and isinstance(value, str):
+                yield value
+            else:
+                yield from _messages(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _messages(item)
+
+
 def playbook(name, *args, log=None):
-    """Run one playbook on the lab; return (seconds, changed total, failed total, output)."""
+    """Run one playbook on the lab; return (seconds, changed total, failed total, messages).
+
+    Ansible's json stdout callback (ansible.posix.json) gives the per-host stats and every message,
+    so nothing is read back from the human-readable output."""
     cmd = ["ansible-playbook", "-i", INVENTORY, os.path.join(REPO, "playbooks", name), *args]
     print("[cluster_bench] " + " ".join(cmd), flush=True)
     t0 = time.monotonic()
-    # JSON results: one line per message (the YAML format may fold the replica timing line).
-    env = dict(os.environ, ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_FORCE_COLOR="0")
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_FORCE_COLOR="0")
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, check=False)
     seconds = time.monotonic() - t0
-    out = proc.stdout + proc.stderr
     if log:
         with open(log, "a") as fh:
-            fh.write(out)
-    recap = RECAP.findall(out)
-    changed = sum(int(r[2]) for r in recap)
-    failed = sum(int(r[3]) + int(r[4]) for r in recap) + (0 if proc.returncode == 0 else 1)
+            fh.write(proc.stdout + proc.stderr)
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError:
+        print(proc.stdout[-4000:] + proc.stderr[-4000:], file=sys.stderr)
+        return seconds, 0, 1, ""
+    stats = doc.get("stats", {})
+    changed = sum(s.get("changed", 0) for s in stats.values())
+    failed = sum(s.get("failures", 0) + s.get("unreachable", 0) for s in stats.values()) + (proc.returncode != 0)
+    messages = "\n".join(_messages(doc.get("plays", [])))
     if proc.returncode != 0:
-        print(out[-4000:], file=sys.stderr)
-    return seconds, changed, failed, out
+        print(messages[-4000:] + proc.stderr[-2000:], file=sys.stderr)
+    return seconds, changed, failed, messages
 
 
 def lab_vars():
