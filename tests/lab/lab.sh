@@ -62,6 +62,8 @@ setup() {
   command -v podman >/dev/null || missing+=(podman)
   command -v runc >/dev/null || missing+=(runc)
   command -v debootstrap >/dev/null || missing+=(debootstrap)
+  # apt-ftparchive indexes the stand-in apt repositories (tests/lab/standins/nvidia_apt_repos.sh).
+  command -v apt-ftparchive >/dev/null || missing+=(apt-utils)
   command -v aardvark-dns >/dev/null || [ -x /usr/lib/podman/aardvark-dns ] || missing+=(aardvark-dns)
   [ -x /usr/lib/podman/netavark ] || command -v netavark >/dev/null || missing+=(netavark)
   # netavark programs the podman network's NAT with iptables; without it: "netavark: No such file".

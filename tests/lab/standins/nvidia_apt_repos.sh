@@ -112,30 +112,14 @@ build_deb() {
   dpkg-deb --root-owner-group -Zgzip --build "$root" "$pool/${name}_${ver}_${arch}.deb" >/dev/null
 }
 
-# make_flat_repo DIR: Packages, Release, InRelease (signed), Release.gpg
+# make_flat_repo DIR: Packages, Release, InRelease (signed), Release.gpg, indexed by apt-ftparchive
+# (apt-utils, installed by `tests/lab/lab.sh setup`).
 make_flat_repo() {
   local dir=$1
-  python3 - "$dir" <<'PY'
-import hashlib, os, subprocess, sys
-d = sys.argv[1]
-entries = []
-for f in sorted(os.listdir(d)):
-    if not f.endswith(".deb"):
-        continue
-    path = os.path.join(d, f)
-    ctrl = subprocess.run(["dpkg-deb", "-f", path], capture_output=True, text=True, check=True).stdout.rstrip("\n")
-    data = open(path, "rb").read()
-    entries.append(ctrl + "\nFilename: ./%s\nSize: %d\nMD5sum: %s\nSHA256: %s\n" % (
-        f, len(data), hashlib.md5(data).hexdigest(), hashlib.sha256(data).hexdigest()))
-pk = "\n".join(entries)
-open(os.path.join(d, "Packages"), "w").write(pk)
-b = pk.encode()
-open(os.path.join(d, "Release"), "w").write(
-    "Origin: llmops-lab stand-in\nLabel: llmops-lab stand-in\nSuite: stable\nCodename: stable\n"
-    "Date: Thu, 01 Jan 2026 00:00:00 UTC\n"
-    "MD5Sum:\n %s %d Packages\nSHA256:\n %s %d Packages\n" % (
-        hashlib.md5(b).hexdigest(), len(b), hashlib.sha256(b).hexdigest(), len(b)))
-PY
+  (cd "$dir" && apt-ftparchive packages . > Packages &&
+    apt-ftparchive -o APT::FTPArchive::Release::Origin="llmops-lab stand-in" \
+      -o APT::FTPArchive::Release::Label="llmops-lab stand-in" -o APT::FTPArchive::Release::Suite=stable \
+      -o APT::FTPArchive::Release::Codename=stable release . > Release.new && mv Release.new Release)
   gpg --batch --yes --quiet --clearsign -o "$dir/InRelease" "$dir/Release"
   gpg --batch --yes --quiet -abs -o "$dir/Release.gpg" "$dir/Release"
 }
