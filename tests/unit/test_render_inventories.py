@@ -14,6 +14,7 @@ import pathlib
 import re
 import shutil
 import sys
+import tempfile
 
 import pytest
 import yaml
@@ -21,8 +22,10 @@ import yaml
 from ansible_run import inventory_groups, run_inventory_play  # tests/unit
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# A test inventory beside the shipped ones: replicas of different sizes (its hosts.yml says why).
+# A test inventory beside the shipped ones: replicas of different sizes (its hosts.yml says why), with
+# inventories/dgx_spark's group_vars and host_vars (copied beside it once per session).
 MIXED = ROOT / "tests" / "unit" / "fixtures" / "inventories" / "mixed_sizes"
+_MIXED_DIR = []
 INVENTORIES = sorted(p.name for p in (ROOT / "inventories").iterdir()
                      if p.is_dir() and (p / "hosts.yml").exists())
 
@@ -142,7 +145,16 @@ def _playbook_urls():
 
 def _dir(inventory):
     """A shipped inventory by name, or the mixed-size test inventory."""
-    return MIXED if inventory == MIXED.name else ROOT / "inventories" / inventory
+    if inventory != MIXED.name:
+        return ROOT / "inventories" / inventory
+    if not _MIXED_DIR:
+        work = pathlib.Path(tempfile.mkdtemp(prefix="llmops-mixed-sizes-")) / MIXED.name
+        work.mkdir()
+        shutil.copy(MIXED / "hosts.yml", work / "hosts.yml")
+        for sub in ("group_vars", "host_vars"):
+            shutil.copytree(ROOT / "inventories" / "dgx_spark" / sub, work / sub)
+        _MIXED_DIR.append(work)
+    return _MIXED_DIR[0]
 
 
 def rendered(inventory, tmp_path_factory):
