@@ -90,3 +90,12 @@ def test_vllm_unit_without_the_firewall_layer(tmp_path):
     unit = render_vllm(tmp_path, {"vllm_service_firewall_unit": "", "vllm_service_ip_filter": False})
     assert not directives(unit, "Requires") and "firewall" not in directives(unit, "After")[0]
     assert not directives(unit, "IPAddressDeny") and not directives(unit, "IPAddressAllow")
+
+
+def test_vllm_unit_restarts_after_a_clean_exit(tmp_path):
+    # A head whose worker dies ends with EngineDeadError and exits 0 ("Finished server process"):
+    # Restart=on-failure would leave the replica down for good. Only `systemctl stop` keeps it down.
+    for facts in ({}, {"vllm_service__is_head": False, "vllm_service__node_rank": 1}):
+        unit = render_vllm(tmp_path, facts)
+        assert directives(unit, "Restart") == ["always"], directives(unit, "Restart")
+        assert int(directives(unit, "RestartSec")[0]) > 0
