@@ -27,6 +27,8 @@ description:
   - Read-only; runs the same in check mode.
 author:
   - llmops.vllm_cluster developers (@llmops)
+extends_documentation_fragment:
+  - llmops.vllm_cluster.read_only
 options:
   nvidia_smi_path:
     description:
@@ -80,9 +82,6 @@ attributes:
     description: Can run in check mode and return the same result without changing the target.
     support: full
     details: The module only reads; it gathers and checks in check mode too.
-  diff_mode:
-    description: Would report what changed in diff mode; these modules change nothing.
-    support: none
 notes:
   - Needs the NVIDIA driver's C(nvidia-smi) (driver 510 or later for the C(compute_cap) field).
 seealso:

@@ -24,6 +24,7 @@ author:
   - llmops.vllm_cluster developers (@llmops)
 extends_documentation_fragment:
   - llmops.vllm_cluster.openai_http
+  - llmops.vllm_cluster.read_only
 options:
   model:
     description:
@@ -106,9 +107,6 @@ attributes:
     description: Can run in check mode and return the same result without changing the target.
     support: partial
     details: In check mode no request is sent; the task reports what it would send and is skipped.
-  diff_mode:
-    description: Would report what changed in diff mode; these modules change nothing.
-    support: none
 seealso:
   - module: llmops.vllm_cluster.openai_endpoint
   - module: llmops.vllm_cluster.vllm_metrics

@@ -27,6 +27,7 @@ author:
   - llmops.vllm_cluster developers (@llmops)
 extends_documentation_fragment:
   - llmops.vllm_cluster.openai_http
+  - llmops.vllm_cluster.read_only
 options:
   metrics_path:
     description:
@@ -72,9 +73,6 @@ attributes:
     description: Can run in check mode and return the same result without changing the target.
     support: full
     details: The module only reads; it runs the same in check mode.
-  diff_mode:
-    description: Would report what changed in diff mode; these modules change nothing.
-    support: none
 seealso:
   - module: llmops.vllm_cluster.openai_load
 '''
