@@ -99,3 +99,32 @@ def test_vllm_unit_restarts_after_a_clean_exit(tmp_path):
         unit = render_vllm(tmp_path, facts)
         assert directives(unit, "Restart") == ["always"], directives(unit, "Restart")
         assert int(directives(unit, "RestartSec")[0]) > 0
+
+
+WATCH_FACTS = {"vllm_service_replica": "r1", "vllm_service__master_addr": "10.89.241.11",
+               "vllm_service__head_watch_command": ["/usr/bin/python3", "/usr/local/libexec/llmops/vllm-head-watch",
+                                                    "--unit", "vllm", "--user", "vllm", "--master-addr", "10.89.241.11",
+                                                    "--master-port", "29501", "--interval", "2", "--failures", "3"]}
+
+
+def render_watch(tmp_path, extra=None):
+    return render_role_templates(tmp_path, "vllm_service", ["vllm-head-watch.service.j2"],
+                                 dict(WATCH_FACTS, **(extra or {})))["vllm-head-watch.service.j2"]
+
+
+def test_head_watch_unit_runs_the_watch_and_reaches_only_the_head(tmp_path):
+    unit = render_watch(tmp_path)
+    assert directives(unit, "ExecStart") == [" ".join(WATCH_FACTS["vllm_service__head_watch_command"])]
+    assert directives(unit, "Restart") == ["always"]
+    assert directives(unit, "IPAddressDeny") == ["any"] and directives(unit, "IPAddressAllow") == ["10.89.241.11"]
+    assert directives(unit, "CapabilityBoundingSet") == [""] and directives(unit, "NoNewPrivileges") == ["yes"]
+
+
+def test_head_watch_unit_for_a_head_known_by_name_or_ipv6(tmp_path):
+    # a name needs the resolver, which an address filter would cut off; an IPv6 address is filtered
+    (tmp_path / "name").mkdir()
+    (tmp_path / "six").mkdir()
+    by_name = render_watch(tmp_path / "name", {"vllm_service__master_addr": "spark1.example"})
+    assert not directives(by_name, "IPAddressDeny") and not directives(by_name, "IPAddressAllow")
+    six = render_watch(tmp_path / "six", {"vllm_service__master_addr": "fd00::11"})
+    assert directives(six, "IPAddressAllow") == ["fd00::11"]

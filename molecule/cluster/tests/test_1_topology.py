@@ -73,3 +73,18 @@ def test_the_worker_started_before_its_head(worker):
         return int(host(name).check_output("systemctl show -p ExecMainStartTimestampMonotonic --value vllm"))
     w, h = started(worker), started(WORKERS[worker])
     assert 0 < w < h, (worker, w, WORKERS[worker], h)
+
+
+@pytest.mark.parametrize("worker", sorted(WORKERS))
+def test_each_worker_and_no_head_runs_the_head_watch(worker):
+    """The watch that restarts a worker whose head went away (vllm_service_head_watch) runs on
+    workers only, watches the head's fabric address, and saw its worker join (the faults of
+    test_2_faults.py show it acting)."""
+    w, head = host(worker), WORKERS[worker]
+    head_fabric = host(head).check_output("ip -4 -o addr show dev eth1 | awk '{print $4}'").split("/")[0]
+    assert w.service("vllm-head-watch").is_running and w.service("vllm-head-watch").is_enabled
+    cmd = w.check_output("systemctl show -p ExecStart --value vllm-head-watch")
+    assert f"--master-addr {head_fabric} --master-port 29501" in cmd, cmd
+    journal = w.check_output("journalctl -u vllm-head-watch -o cat")
+    assert f"joined its head at {head_fabric} port 29501" in journal, journal
+    assert not host(head).file("/etc/systemd/system/vllm-head-watch.service").exists

@@ -178,10 +178,20 @@ def engine_killed_under_load(lab_host, load, node, ip, fault, checked):
     return bad
 
 
+def watch_restarted(w, since):
+    """The lines of the worker's head watch since `since` (epoch s) that restarted the worker."""
+    return w.check_output("journalctl -u vllm-head-watch --since @%s -o cat | grep 'lost' || true", since)
+
+
 def test_head_engine_killed_under_load_restarts_and_rejoins(lab_host, load, head_ip):
-    name = REPLICAS["r2"][0]
+    """SIGKILL to r2's head engine: systemd restarts the head, and the worker's head watch restarts
+    the worker (whose ranks would wait on the dead head for good), so the new head's world forms."""
+    name, worker = REPLICAS["r2"]
+    w = lab_host(worker)
+    since = w.check_output("date +%s")
     engine_killed_under_load(lab_host, load, name, head_ip[name], "replica head engine killed (SIGKILL)",
-                             "systemd restarted it, nginx routed around it")
+                             "systemd restarted it, the watch its worker; nginx routed around it")
+    assert "restarting vllm" in watch_restarted(w, since), "the worker rejoined without its head watch?"
 
 
 def test_worker_engine_killed_under_load_only_its_replica_fails(lab_host, load, head_ip):
@@ -244,6 +254,7 @@ def test_worker_that_cannot_reach_its_head_is_named_with_its_journal(run_play, l
 def test_replica_host_stopped_under_load_comes_back(lab_host, load, head_ip):
     name = REPLICAS["r2"][0]
     ip = head_ip[name]
+    since = lab_host(REPLICAS["r2"][1]).check_output("date +%s")
     lo = load(timeout=60)  # a request in flight on the dead host hangs until the client gives up
     started(lo, ip)
     t_fault = time.monotonic()
@@ -264,5 +275,7 @@ def test_replica_host_stopped_under_load_comes_back(lab_host, load, head_ip):
                    back["end"] - t_start, f"down {t_start - t_fault:.0f} s; recovery timed from its start"))
     assert sum(r["ok"] for r in during) >= 5, f"the other replica must serve meanwhile: {describe(failures(during))}"
     assert_only_in_flight_failed(bad, lo.concurrency, t_done, "the host stopped")
-    # The host came back on its address with its engine enabled: no one had to touch it.
+    # The host came back on its address with its engine enabled: no one had to touch it (the
+    # worker's head watch restarted the worker, left waiting on the lost head).
     assert lab_host(name).service("vllm").is_running
+    assert "restarting vllm" in watch_restarted(lab_host(REPLICAS["r2"][1]), since)
