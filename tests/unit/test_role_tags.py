@@ -11,7 +11,7 @@ ansible-playbook once per tag, every `<role>` and `<role>_<phase>` tag of site.y
 mode against the converged lab (inventories/lab, the lab's own containers): each must pass and find
 nothing to change (changed=0 on every host).
 """
-import re
+import json
 import os
 import pathlib
 import shutil
@@ -41,13 +41,13 @@ SITE_TAGS = sorted({tag for play in yaml.safe_load((ROOT / "playbooks" / "site.y
 ALONE = os.environ.get("LLMOPS_TAGS_ALONE") == "1"
 ON_LAB = os.environ.get("LLMOPS_TAGS_LAB") == "1"
 EVERY_TAG = [t for role in ROLES for t in [role] + phases(role)]
-RECAP = re.compile(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
-def site(*args, timeout=300):
-    """ansible-playbook playbooks/site.yml on inventories/lab with ARGS; the finished process."""
+def site(*args, timeout=300, env=None):
+    """ansible-playbook playbooks/site.yml on inventories/lab with ARGS (and env on top of this
+    process's); the finished process."""
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"),
-               ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+               ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", **(env or {}))
     return subprocess.run(["ansible-playbook", "-i", str(ROOT / "inventories" / "lab"), str(ROOT / "playbooks" / "site.yml"),
                            *args], capture_output=True, text=True, env=env, check=False, timeout=timeout)
 
@@ -115,9 +115,15 @@ def test_each_tag_alone_lists_the_skip_decision_and_the_preflight(tag):
 @pytest.mark.skipif(not ON_LAB, reason="check mode on the converged lab: make demo, then make test-tags-lab")
 @pytest.mark.parametrize("tag", EVERY_TAG)
 def test_each_tag_alone_in_check_mode_on_the_lab_changes_nothing(tag):
-    proc = site("--check", "--tags", tag, timeout=900)
-    out = proc.stdout + proc.stderr
-    recap = RECAP.findall(proc.stdout)
-    assert proc.returncode == 0 and recap, f"--tags {tag} --check failed (rc {proc.returncode}):\n{out[-5000:]}"
-    changed = {host: int(c) for host, c, unreachable, failed in recap if int(c)}
-    assert not changed, f"--tags {tag} --check on the converged lab would change {changed}:\n{out[-5000:]}"
+    # Ansible's json callback (ansible.posix.json): per-host stats and each task's result per host.
+    proc = site("--check", "--tags", tag, timeout=900, env={"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"})
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError:
+        doc = {}
+    stats = doc.get("stats") or {}
+    assert proc.returncode == 0 and stats, f"--tags {tag} --check failed (rc {proc.returncode}):\n{(proc.stdout + proc.stderr)[-5000:]}"
+    changed = {host: s["changed"] for host, s in stats.items() if s.get("changed")}
+    tasks = sorted({f"{host}: {task['task']['name']}" for play in doc.get("plays", []) for task in play.get("tasks", [])
+                    for host, res in task.get("hosts", {}).items() if res.get("changed")})
+    assert not changed, f"--tags {tag} --check on the converged lab would change {changed}: {tasks}"
