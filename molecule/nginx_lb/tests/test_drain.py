@@ -61,6 +61,27 @@ def test_unknown_replica_exits_2_naming_the_valid_ones(drain):
     assert drain("drain").rc == 2 and drain("restart", "r1").rc == 2
 
 
+def _workers(lb_host, master):
+    """The PIDs of nginx's workers (the master's children) as they are now."""
+    out = lb_host.check_output("grep -ls '^PPid:[[:space:]]*%s$' /proc/[0-9]*/status || true", master)
+    return {line.split("/")[2] for line in out.splitlines() if line.strip()}
+
+
+def test_reload_returns_once_workers_of_the_new_configuration_run(lb_host, drain, master_pid):
+    """The role's reload handler runs `nginx-lb-drain reload`: whatever follows it (the rest of the
+    play, a test, a drain) meets the new configuration, not workers of the previous one. A plain
+    `systemctl reload` returns once the master got the signal, before it started new workers."""
+    pid = master_pid()
+    for _unused in range(3):
+        before = _workers(lb_host, pid)
+        res = drain("reload")
+        after = _workers(lb_host, pid)
+        assert res.rc == 0 and res.stdout.startswith("changed: nginx reloaded"), (res.stdout, res.stderr)
+        assert after - before, f"returned while nginx ran only the previous workers {sorted(before)}: {res.stdout}"
+    assert master_pid() == pid, "nginx was restarted, not reloaded"
+    assert drain("reload", "r1").rc == 2
+
+
 def test_drain_and_undrain_by_reload_idempotent(lb, lb_host, drain, master_pid, backend_ips):
     head1, head2 = _ip(backend_ips, "nginx-lb-head1"), _ip(backend_ips, "nginx-lb-head2")
     pid = master_pid()
