@@ -14,7 +14,7 @@ UPGRADE = "- name: Upgrade\n  ansible.builtin.import_playbook: %s/playbooks/upgr
 NODES = [n for pair in REPLICAS.values() for n in pair]
 # The tasks that (re)start a worker, then its head: upgrade.yml's own for the restart layer, the
 # vllm_service role's for a config change.
-RESTART_TASKS = {"restart": ("Restart the engine (workers first, then the head)", "Restart the head"),
+RESTART_TASKS = {"restart": ("Restart the workers (before their head, as at first start)", "Restart the head"),
                  "vllm_service": ("Start the workers", "Start the heads")}
 _TASK = re.compile(r"^TASK \[(?:[^\]]* : )?(?P<task>[^\]]+)\]")
 _CHANGED = re.compile(r"^changed: \[(?P<host>[^\]\s]+)")

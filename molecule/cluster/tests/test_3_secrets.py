@@ -95,8 +95,9 @@ def test_rotated_keys_appear_nowhere_but_their_root_only_files(run_play, lab_hos
         # The key files were rewritten (so the search above had something to find), and the keys work.
         for name in HEADS:
             assert lab_host(name).run("grep -c -- %s /etc/vllm/vllm.env", vllm).stdout.strip() == "1"
-        # The edge key is in the balancer's two maps: whether a key is allowed, and which one it is.
-        assert lab_host(LB).run("grep -c -- %s /etc/nginx/llmops/llmops-vllm-keys.conf", edge).stdout.strip() == "2"
+        # The edge key is in the balancer's key map once (the map gives its index; whether a key is
+        # allowed is read from the index, never from the key).
+        assert lab_host(LB).run("grep -c -- %s /etc/nginx/llmops/llmops-vllm-keys.conf", edge).stdout.strip() == "1"
         assert status_with_key(edge) == 200
         assert status_with_key(EDGE_KEY) == 401
     finally:
