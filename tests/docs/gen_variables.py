@@ -105,6 +105,9 @@ def render():
     ]
     for role in roles:
         spec = yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())
+        if "main" not in spec["argument_specs"]:
+            # A layer's component role or its shared base: run by the layer, with the layer's variables.
+            continue
         main = spec["argument_specs"]["main"]
         out += ["## %s" % role, "", _text(main.get("short_description")), ""]
         for para in main.get("description") or []:

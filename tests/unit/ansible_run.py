@@ -46,14 +46,12 @@ RENDER_PLAY = """
   hosts: localhost
   connection: local
   gather_facts: false
-  vars_files:
-    - {role}/defaults/main.yml
-    - {role}/vars/main.yml
+  vars_files: {vars_files}
   tasks:
     - name: Render
       ansible.builtin.copy:
-        content: "{{{{ lookup('ansible.builtin.template', '{role}/templates/' ~ item) }}}}"
-        dest: "{{{{ out_dir }}}}/{{{{ item }}}}"
+        content: "{{{{ lookup('ansible.builtin.template', item.1) }}}}"
+        dest: "{{{{ out_dir }}}}/{{{{ item.0 }}}}"
         mode: "0600"
       loop: {templates}
 """
@@ -97,9 +95,14 @@ def run_inventory_play(inventory_dir, play, extra, work):
 
 
 def render_role_templates(work, role, templates, extra=None):
-    """{template: text} of the role's templates, rendered on localhost with extra vars."""
+    """{template: text} of the role's templates, rendered on localhost with extra vars over the role's
+    defaults and constants. role: a role, or a list of roles (a layer, then its component roles: the
+    components read the layer's variables); each template is taken from the first role that has it."""
     work = pathlib.Path(work)
-    (work / "play.yml").write_text(RENDER_PLAY.format(role=ROOT / "roles" / role, templates=json.dumps(list(templates))),
+    roles = [ROOT / "roles" / r for r in ([role] if isinstance(role, str) else role)]
+    vars_files = [str(r / d / "main.yml") for r in roles for d in ("defaults", "vars") if (r / d / "main.yml").is_file()]
+    paths = [[name, str(next(r / "templates" / name for r in roles if (r / "templates" / name).is_file()))] for name in templates]
+    (work / "play.yml").write_text(RENDER_PLAY.format(vars_files=json.dumps(vars_files), templates=json.dumps(paths)),
                                    encoding="utf-8")
     extra_vars = {"out_dir": str(work), "ansible_python_interpreter": sys.executable}
     extra_vars.update(extra or {})

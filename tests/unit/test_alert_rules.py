@@ -1,7 +1,7 @@
 """The monitoring role's alert rules and its mtail program, tested with the real tools.
 
-The rules template (roles/monitoring/templates/llmops.rules.yml.j2) is rendered by Ansible itself
-with the role's defaults, then checked with `promtool check rules` and unit-tested with
+The rules template (roles/monitoring_prometheus/templates/llmops.rules.yml.j2) is rendered by Ansible itself
+with the monitoring role's defaults, then checked with `promtool check rules` and unit-tested with
 `promtool test rules` (tests/unit/rules/llmops-alerts.test.yml: every alert fires in one case and
 stays silent in another). promtool comes from Debian's `prometheus` package, installed here with
 apt-get when missing; the mtail program is run by Debian's `mtail` on a sample nginx access log.
@@ -19,9 +19,9 @@ from real_tools import apt_tool as _apt_tool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "monitoring")
-RULES_TEMPLATE = os.path.join(ROLE, "templates", "llmops.rules.yml.j2")
+RULES_TEMPLATE = os.path.join(ROOT, "roles", "monitoring_prometheus", "templates", "llmops.rules.yml.j2")
 RULES_TESTS = os.path.join(ROOT, "tests", "unit", "rules", "llmops-alerts.test.yml")
-MTAIL_PROG_DIR = os.path.join(ROLE, "files", "mtail")
+MTAIL_PROG_DIR = os.path.join(ROOT, "roles", "monitoring_exporters", "files", "mtail")
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,11 @@ PER_HOST_INPUTS = {
 
 def load(role):
     spec = yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))
-    options = spec["argument_specs"]["main"].get("options") or {}
+    # Every entry point's options (a layer's component roles have install/configure/service, the
+    # shared base packages/service).
+    options = {}
+    for entry in spec["argument_specs"].values():
+        options.update(entry.get("options") or {})
     defaults_file = ROOT / "roles" / role / "defaults" / "main.yml"
     defaults = yaml.safe_load(defaults_file.read_text(encoding="utf-8")) if defaults_file.exists() else {}
     return options, defaults or {}

@@ -20,7 +20,9 @@ import pytest
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ROLE = os.path.join(ROOT, "roles", "monitoring")
+ROLE = os.path.join(ROOT, "roles", "monitoring_grafana")
+RULES_ROLE = os.path.join(ROOT, "roles", "monitoring_prometheus")
+DCGM_ROLE = os.path.join(ROOT, "roles", "monitoring_dcgm")
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "monitoring")
 DASHBOARDS = sorted(glob.glob(os.path.join(ROLE, "files", "dashboards", "*.json")))
 DS_INPUT = "DS_PROMETHEUS"
@@ -44,10 +46,10 @@ def known_metrics():
     names = set()
     for path in glob.glob(os.path.join(FIXTURES, "*.names.txt")):
         names |= _names(path)
-    with open(os.path.join(ROLE, "files", "dcgm", "llmops-counters.csv"), encoding="utf-8") as fh:
+    with open(os.path.join(DCGM_ROLE, "files", "dcgm", "llmops-counters.csv"), encoding="utf-8") as fh:
         rows = list(csv.reader(line for line in fh if line.strip() and not line.startswith("#")))
     names |= {r[0].strip() for r in rows}
-    with open(os.path.join(ROLE, "templates", "llmops.rules.yml.j2"), encoding="utf-8") as fh:
+    with open(os.path.join(RULES_ROLE, "templates", "llmops.rules.yml.j2"), encoding="utf-8") as fh:
         names |= set(re.findall(r"record:\s*(\S+)", fh.read()))
     names.add("up")
     return names
@@ -100,7 +102,7 @@ def metric_names(expr):
 
 
 def test_there_is_a_dashboard():
-    assert DASHBOARDS, "no dashboard under roles/monitoring/files/dashboards"
+    assert DASHBOARDS, "no dashboard under roles/monitoring_grafana/files/dashboards"
 
 
 @pytest.mark.parametrize("name,dash", _dashboards())
@@ -162,9 +164,9 @@ def test_dashboards_use_the_provisioned_data_source():
     sources = provisioned["datasources"]
     assert [(s["type"], s["isDefault"]) for s in sources] == [("prometheus", True)]
     with open(os.path.join(ROLE, "templates", "grafana-dashboard.yml.j2"), encoding="utf-8") as fh:
-        assert "monitoring__grafana_dashboards_dir" in fh.read()
+        assert "monitoring_grafana__dashboards_dir" in fh.read()
     with open(os.path.join(ROLE, "vars", "main.yml"), encoding="utf-8") as fh:
-        listed = yaml.safe_load(fh)["monitoring__grafana_dashboards"]
+        listed = yaml.safe_load(fh)["monitoring_grafana__dashboards"]
     assert sorted(listed) == sorted(os.path.basename(p) for p in DASHBOARDS)
 
 

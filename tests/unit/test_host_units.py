@@ -9,13 +9,14 @@ import pytest
 
 from ansible_run import render_role_templates  # tests/unit
 
+MONITORING_ROLES = ["monitoring", "monitoring_dcgm", "monitoring_grafana", "monitoring_prometheus"]
 MONITORING_TEMPLATES = ("dcgm-exporter.service.j2", "grafana-listen.conf.j2", "prometheus.default.j2")
 
 pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook not installed")
 
 
 def render(tmp_path, extra=None):
-    return render_role_templates(tmp_path, "monitoring", MONITORING_TEMPLATES, extra)
+    return render_role_templates(tmp_path, MONITORING_ROLES, MONITORING_TEMPLATES, extra)
 
 
 def exec_start(unit):
