@@ -19,6 +19,7 @@ the balancer address must be loopback or inside one of this machine's podman net
   python3 benchmarks/cluster_bench.py --skip-converge --phases restart,change   # shorter
 """
 import argparse
+import datetime
 import json
 import os
 import re
@@ -72,7 +73,40 @@ def playbook(name, *args, log=None):
     messages = "\n".join(_messages(doc.get("plays", [])))
     if proc.returncode != 0:
         print(messages[-4000:] + proc.stderr[-2000:], file=sys.stderr)
-    return seconds, changed, failed, messages
+    return seconds, changed, failed, messages, doc
+
+
+def _stamp(text):
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def task_profile(doc):
+    """[(seconds, task name)] of every task of the json callback's document, by its wall time (the
+    callback's start and end of the task over all its hosts)."""
+    out = []
+    for play in doc.get("plays", []):
+        for task in play.get("tasks", []):
+            span = task.get("task", {}).get("duration", {})
+            if span.get("start") and span.get("end"):
+                out.append((_stamp(span["end"]) - _stamp(span["start"]), task["task"].get("name", "?")))
+    return out
+
+
+def print_profile(label, doc, top=20):
+    """The slowest tasks of a run, and the time per role (the part of a task name before ' : ')."""
+    tasks = task_profile(doc)
+    total = sum(t for t, _ in tasks)
+    roles = {}
+    for seconds, name in tasks:
+        role = name.split(" : ", 1)[0] if " : " in name else "(playbook)"
+        roles[role] = roles.get(role, 0.0) + seconds
+    print(f"\n=== {label}: {len(tasks)} tasks, {total:.1f} s of task time")
+    print(f"{'role':28} {'seconds':>8} {'share':>6}")
+    for role, seconds in sorted(roles.items(), key=lambda kv: -kv[1]):
+        print(f"{role:28} {seconds:8.1f} {seconds / total if total else 0:6.1%}")
+    print(f"\n{'slowest tasks':70} {'seconds':>8}")
+    for seconds, name in sorted(tasks, reverse=True)[:top]:
+        print(f"{name[:70]:70} {seconds:8.2f}")
 
 
 def lab_vars():
@@ -85,12 +119,14 @@ def lab_vars():
     return f"http://{addr}", key
 
 
-def converge_part(log):
+def converge_part(log, profile=False):
     rows = []
     for label, args in (("full converge", ()), ("no-change re-run", ()),
                         ("--tags vllm_service re-run", ("--tags", "vllm_service"))):
-        seconds, changed, failed, dummy = playbook("site.yml", *args, log=log)
+        seconds, changed, failed, dummy, doc = playbook("site.yml", *args, log=log)
         rows.append((label, seconds, changed, failed))
+        if label == "no-change re-run" and profile:
+            print_profile(label, doc)
     full = rows[0][1]
     print("\n=== site.yml on the lab (one run)")
     print(f"{'run':30} {'seconds':>9} {'changed':>8} {'failed':>7} {'ratio to full':>14}")
@@ -120,7 +156,7 @@ def rolling_part(args, log):
     for label, extra in phases:
         load.start()
         time.sleep(2)
-        seconds, dummy, failed, out = playbook("upgrade.yml", *extra, log=log)
+        seconds, dummy, failed, out, dummy_doc = playbook("upgrade.yml", *extra, log=log)
         time.sleep(2)
         results = load.take()
         bad = [r for r in results if not r["ok"]]
@@ -165,6 +201,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     p.add_argument("--skip-converge", action="store_true", help="only the rolling part")
     p.add_argument("--skip-rolling", action="store_true", help="only the converge timings")
+    p.add_argument("--profile", action="store_true",
+                   help="print the no-change run's time per role and its slowest tasks (from the json callback)")
     p.add_argument("--lb", default="", help="balancer base URL (default: lb1 of the lab)")
     p.add_argument("--lb-key", default="", help="edge API key (default: the lab's)")
     p.add_argument("--model", default="tiny-llama")
@@ -181,7 +219,7 @@ def main():
     open(args.log, "w").close()
     problems = []
     if not args.skip_converge:
-        problems += converge_part(args.log)
+        problems += converge_part(args.log, args.profile)
     if not args.skip_rolling:
         problems += rolling_part(args, args.log)
     print(f"\nplaybook output: {args.log}")
