@@ -23,7 +23,7 @@ SCENARIOS ?= $(CI_SCENARIOS)
 GATE := tests/gate.sh
 
 .PHONY: help venv collection lab-setup lab-images lab-vllm lab-up lab-down lab-status demo test lint yamllint \
-        ansible-lint sanity units test-tags test-tags-lab integration molecule molecule-faults molecule-runbooks molecule-all build docs bench-cluster bench-edge clean
+        ansible-lint sanity units test-tags test-tags-lab integration molecule molecule-faults molecule-runbooks molecule-all build docs bench-cluster bench-serving bench-edge clean
 
 help:
 	@sed -n '1,4p' Makefile
@@ -155,6 +155,11 @@ molecule-all:
 # BENCH_ARGS: e.g. --phases restart,change (benchmarks/cluster_bench.py --help).
 bench-cluster: collection lab-vllm lab-up
 	python3 benchmarks/cluster_bench.py $(BENCH_ARGS)
+
+# The balancer against one replica head, same load, alternating rounds (benchmarks/serving_bench.py,
+# vLLM's `vllm bench serve` as the client); on the lab that make demo converged.
+bench-serving: collection lab-vllm
+	python3 benchmarks/serving_bench.py $(BENCH_ARGS)
 
 # The load held by the balancer: 4,096 concurrent streams through nginx as nginx_lb configures it,
 # against a stand-in SSE backend, with the latency nginx adds (benchmarks/edge_load_bench.py; its

@@ -28,7 +28,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "lab"))
-from lab_load import Load, pct  # noqa: E402  (shared with the lab's fault tests)
+from lab_load import Load, lab_address, lab_var, pct  # noqa: E402  (shared with the lab's fault tests)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INVENTORY = os.path.join(REPO, "inventories", "lab")
@@ -111,12 +111,7 @@ def print_profile(label, doc, top=20):
 
 def lab_vars():
     """The balancer's address and the edge key, as the lab inventory defines them."""
-    addr = subprocess.run(["podman", "inspect", "lb1", "--format",
-                           "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}"],
-                          capture_output=True, text=True, check=True).stdout.split()[0]
-    with open(os.path.join(INVENTORY, "group_vars", "all.yml")) as fh:
-        key = re.search(r"^lab_edge_api_key:\s*(\S+)", fh.read(), re.M).group(1)
-    return f"http://{addr}", key
+    return f"http://{lab_address('lb1')}", lab_var("lab_edge_api_key")
 
 
 def converge_part(log, profile=False):

@@ -14,22 +14,35 @@ At concurrency 1 the ratio is the proxy's own cost. At higher concurrency the ba
 the same load over every replica while "direct" puts it all on one, so ratios below 1 are expected
 there: that is the capacity the balancer adds.
 
-Bounded and lab-only: at most 500 requests per target and level, 64 in flight, a deadline; targets
-must be loopback or inside a podman network of this machine (the lab), nothing else is contacted.
+The load and the latency figures come from vLLM's own serving client, `vllm bench serve` (the lab's
+vLLM venv, or any node's: --vllm), with random prompts of --input-len tokens from the model's
+tokenizer (--tokenizer, a local directory) and exactly --max-tokens generated (ignore_eos); its
+per-request TTFT and latency (--save-detailed) are merged over the rounds. The spread over replicas
+needs the balancer's response header, which vLLM's client does not keep: a last round through the
+balancer uses this repository's streaming client (tests/lab/lab_load.py) for it. `--client builtin`
+uses that client for every round (no vLLM needed on the machine that runs the benchmark).
 
+Bounded and lab-only: at most 500 requests per target and level, 64 in flight, a deadline; targets
+must be loopback or inside a podman network of this machine (the lab), nothing else is contacted
+(the tokenizer is read from disk, with the Hugging Face hub switched off).
+
+  make bench-serving                       # the lab: lb1 against dgx1 (r1's head), after make demo
   python3 benchmarks/serving_bench.py --lb http://10.89.x.y --lb-key KEY \
       --direct http://10.89.x.z:8000 --direct-key KEY --model tiny-llama
 """
 import argparse
 import collections
+import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "lab"))
-from lab_load import PROMPTS, check_lab_target, lab_networks, one_request, pct  # noqa: E402  (shared with the lab tests)
+from lab_load import PROMPTS, check_lab_target, lab_address, lab_networks, lab_var, one_request, pct  # noqa: E402  (shared with the lab tests)
 
 
 def run_round(target, n, concurrency, args, offset, stop_at):
@@ -43,6 +56,33 @@ def run_round(target, n, concurrency, args, offset, stop_at):
     with ThreadPoolExecutor(concurrency) as pool:
         results = list(pool.map(work, range(n)))
     return results, time.monotonic() - t0
+
+
+def vllm_round(target, n, concurrency, args, offset, stop_at):
+    """One round with `vllm bench serve`: results in run_round's shape (ok, latency, ttft, tokens,
+    error), and the seconds vLLM's client measured for the round."""
+    remaining = stop_at - time.monotonic()
+    if remaining <= 1:
+        return [{"ok": False, "error": "deadline", "status": None, "upstream": None}] * n, 0.0
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [args.vllm, "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
+               "--base-url", target["url"], "--model", args.model, "--tokenizer", args.tokenizer,
+               "--dataset-name", "random", "--random-input-len", str(args.input_len),
+               "--random-output-len", str(args.max_tokens), "--ignore-eos", "--seed", str(offset),
+               "--num-prompts", str(n), "--max-concurrency", str(concurrency), "--request-rate", "inf",
+               "--num-warmups", "0", "--ready-check-timeout-sec", "60", "--disable-tqdm",
+               "--save-result", "--save-detailed", "--result-dir", out, "--result-filename", "round.json"]
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OPENAI_API_KEY=target["key"])
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, timeout=remaining)
+        path = os.path.join(out, "round.json")
+        if proc.returncode != 0 or not os.path.exists(path):
+            sys.exit(f"serving_bench: vllm bench serve failed (rc {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    results = [{"ok": not err, "latency": lat, "ttft": ttft, "tokens": tokens, "error": err or None, "status": None,
+                "upstream": None}
+               for err, lat, ttft, tokens in zip(data["errors"], data["latencies"], data["ttfts"], data["output_lens"])]
+    return results, data["duration"]
 
 
 def summary(results, seconds):
@@ -61,11 +101,11 @@ def summary(results, seconds):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    p.add_argument("--lb", required=True, help="balancer base URL (nginx_lb)")
-    p.add_argument("--lb-key", default="", help="API key for the balancer")
-    p.add_argument("--direct", required=True, help="one replica head's base URL (vllm_service)")
-    p.add_argument("--direct-key", default="", help="API key for the replica")
-    p.add_argument("--model", required=True)
+    p.add_argument("--lb", default="", help="balancer base URL (nginx_lb; default: the lab's lb1)")
+    p.add_argument("--lb-key", default="", help="API key for the balancer (default: the lab's edge key)")
+    p.add_argument("--direct", default="", help="one replica head's base URL (vllm_service; default: the lab's dgx1)")
+    p.add_argument("--direct-key", default="", help="API key for the replica (default: the lab's engine key)")
+    p.add_argument("--model", default="tiny-llama")
     p.add_argument("--requests", type=int, default=48, help="requests per target and level (max 500)")
     p.add_argument("--levels", default="1,8", help="concurrency levels, comma-separated (each max 64)")
     p.add_argument("--rounds", type=int, default=4, help="alternating rounds per level")
@@ -73,11 +113,29 @@ def main():
     p.add_argument("--upstream-header", default="X-Upstream")
     p.add_argument("--request-timeout", type=float, default=120)
     p.add_argument("--deadline", type=float, default=600, help="seconds for the whole run")
+    lab_cache = os.environ.get("LAB_CACHE", "/var/cache/llmops-lab")
+    p.add_argument("--client", choices=["vllm", "builtin"], default="vllm",
+                   help="vllm: vLLM's `vllm bench serve` (default); builtin: this repository's streaming client")
+    p.add_argument("--vllm", default=os.path.join(lab_cache, "vllm-venv", "bin", "vllm"), help="the vllm program")
+    p.add_argument("--tokenizer", default="", help="local tokenizer directory (default: the lab's copy of --model)")
+    p.add_argument("--input-len", type=int, default=64, help="prompt tokens per request (vllm client)")
+    p.add_argument("--spread-requests", type=int, default=48,
+                   help="requests of the last round through the balancer that measure the spread (vllm client)")
     args = p.parse_args()
+    if not args.lb:
+        args.lb, args.lb_key = f"http://{lab_address('lb1')}", args.lb_key or lab_var("lab_edge_api_key")
+    if not args.direct:
+        args.direct, args.direct_key = f"http://{lab_address('dgx1')}:8000", args.direct_key or lab_var("lab_vllm_api_key")
+    args.tokenizer = args.tokenizer or os.path.join(lab_cache, "models", args.model)
+    if args.client == "vllm" and not (os.access(args.vllm, os.X_OK) and os.path.isdir(args.tokenizer)):
+        sys.exit(f"serving_bench: --client vllm needs the vllm program ({args.vllm}) and a local tokenizer directory "
+                 f"({args.tokenizer}): make lab-vllm, or --vllm/--tokenizer, or --client builtin")
 
     levels = [int(x) for x in args.levels.split(",") if x]
-    if not 1 <= args.requests <= 500 or not all(1 <= c <= 64 for c in levels) or not 1 <= args.rounds <= 20:
-        sys.exit("serving_bench: --requests 1..500, --levels each 1..64, --rounds 1..20 (bounded load)")
+    if (not 1 <= args.requests <= 500 or not all(1 <= c <= 64 for c in levels) or not 1 <= args.rounds <= 20
+            or not 0 <= args.spread_requests <= 500 or not 1 <= args.input_len <= 4096):
+        sys.exit("serving_bench: --requests 1..500, --levels each 1..64, --rounds 1..20, --spread-requests 0..500, "
+                 "--input-len 1..4096 (bounded load)")
     nets = lab_networks()
     targets = [{"name": "lb", "url": args.lb, "key": args.lb_key}, {"name": "direct", "url": args.direct, "key": args.direct_key}]
     for t in targets:
@@ -85,7 +143,8 @@ def main():
 
     stop_at = time.monotonic() + args.deadline
     print(f"serving_bench: model {args.model}, {args.requests} streamed requests per target and level, "
-          f"max_tokens {args.max_tokens} (ignore_eos), {args.rounds} alternating rounds per level")
+          f"max_tokens {args.max_tokens} (ignore_eos), {args.rounds} alternating rounds per level, client "
+          + ("vllm bench serve (" + args.vllm + f", {args.input_len}-token random prompts)" if args.client == "vllm" else "builtin"))
     print(f"  lb     = {args.lb}\n  direct = {args.direct}\n")
     report = {}
     upstreams = collections.Counter()
@@ -95,12 +154,16 @@ def main():
         for r in range(args.rounds):
             order = targets if r % 2 == 0 else targets[::-1]
             for t in order:
-                res, secs = run_round(t, per_round, c, args, r * per_round, stop_at)
+                one_round = vllm_round if args.client == "vllm" else run_round
+                res, secs = one_round(t, per_round, c, args, r * per_round, stop_at)
                 done, total = collected[t["name"]]
                 collected[t["name"]] = (done + res, total + secs)
                 if t["name"] == "lb":
                     upstreams.update(x["upstream"].split(", ")[-1] for x in res if x["ok"] and x.get("upstream"))
         report[c] = {name: summary(res, secs) for name, (res, secs) in collected.items()}
+    if args.client == "vllm" and args.spread_requests:
+        res, dummy = run_round(targets[0], args.spread_requests, max(levels), args, 0, stop_at)
+        upstreams.update(x["upstream"].split(", ")[-1] for x in res if x["ok"] and x.get("upstream"))
 
     head = f"{'conc':>4} {'target':<7} {'ok':>7} {'lat p50':>8} {'p90':>7} {'p99':>7} {'ttft p50':>9} {'p90':>7} {'p99':>7} {'tok/s':>7}"
     print(head)

@@ -8,10 +8,14 @@
                        the traffic rule: a target must be loopback or inside one of this machine's
                        podman networks (the lab); anything else is refused before a request is sent
   pct(values, q)       a percentile (linear interpolation)
+  lab_address(host), lab_var(name)
+                       a lab container's management address (podman), a variable of the lab
+                       inventory's group_vars/all.yml: the benchmarks' default targets and keys
 """
 import ipaddress
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -47,6 +51,22 @@ def lab_networks():
     except (OSError, subprocess.SubprocessError, ValueError):
         pass
     return nets
+
+
+LAB_INVENTORY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                             "inventories", "lab")
+
+
+def lab_address(host):
+    """The first address podman gives the lab container `host` (its management network)."""
+    return subprocess.run(["podman", "inspect", host, "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}"],
+                          capture_output=True, text=True, check=True, timeout=30).stdout.split()[0]
+
+
+def lab_var(name):
+    """A plain value of the lab inventory's group_vars/all.yml (the lab's keys)."""
+    with open(os.path.join(LAB_INVENTORY, "group_vars", "all.yml"), encoding="utf-8") as fh:
+        return re.search(r"^%s:\s*(\S+)" % re.escape(name), fh.read(), re.M).group(1)
 
 
 def check_lab_target(url, nets=None):
