@@ -35,9 +35,9 @@ import collections
 import json
 import os
 import statistics
+import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -58,27 +58,35 @@ def run_round(target, n, concurrency, args, offset, stop_at):
     return results, time.monotonic() - t0
 
 
+# Run on the client host: the API key comes on stdin (never on a command line), the result file is
+# printed back and the directory removed.
+REMOTE = ('read -r OPENAI_API_KEY; export OPENAI_API_KEY HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1; '
+          'd=$(mktemp -d) && "$@" --result-dir "$d" --result-filename round.json > "$d/out" 2>&1; rc=$?; '
+          'if [ $rc = 0 ]; then cat "$d/round.json"; else tail -c 3000 "$d/out" >&2; fi; rm -rf "$d"; exit $rc')
+
+
 def vllm_round(target, n, concurrency, args, offset, stop_at):
-    """One round with `vllm bench serve`: results in run_round's shape (ok, latency, ttft, tokens,
-    error), and the seconds vLLM's client measured for the round."""
+    """One round with `vllm bench serve`, on --client-host (over the lab's SSH) or here: results in
+    run_round's shape (ok, latency, ttft, tokens, error), and the seconds vLLM's client measured."""
     remaining = stop_at - time.monotonic()
     if remaining <= 1:
         return [{"ok": False, "error": "deadline", "status": None, "upstream": None}] * n, 0.0
-    with tempfile.TemporaryDirectory() as out:
-        cmd = [args.vllm, "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
-               "--base-url", target["url"], "--model", args.model, "--tokenizer", args.tokenizer,
-               "--dataset-name", "random", "--random-input-len", str(args.input_len),
-               "--random-output-len", str(args.max_tokens), "--ignore-eos", "--seed", str(offset),
-               "--num-prompts", str(n), "--max-concurrency", str(concurrency), "--request-rate", "inf",
-               "--num-warmups", "0", "--ready-check-timeout-sec", "60", "--disable-tqdm",
-               "--save-result", "--save-detailed", "--result-dir", out, "--result-filename", "round.json"]
-        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OPENAI_API_KEY=target["key"])
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, timeout=remaining)
-        path = os.path.join(out, "round.json")
-        if proc.returncode != 0 or not os.path.exists(path):
-            sys.exit(f"serving_bench: vllm bench serve failed (rc {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+    bench = [args.vllm, "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
+             "--base-url", target["url"], "--model", args.model, "--tokenizer", args.tokenizer,
+             "--dataset-name", "random", "--random-input-len", str(args.input_len),
+             "--random-output-len", str(args.max_tokens), "--ignore-eos", "--seed", str(offset),
+             "--num-prompts", str(n), "--max-concurrency", str(concurrency), "--request-rate", "inf",
+             "--num-warmups", "0", "--ready-check-timeout-sec", "60", "--disable-tqdm",
+             "--save-result", "--save-detailed"]
+    script = ["sh", "-c", REMOTE, "vllm-bench", *bench]
+    if args.client_host:
+        script = ["ssh", "-F", args.ssh_config, args.client_host, "--", " ".join(shlex.quote(a) for a in script)]
+    proc = subprocess.run(script, input=target["key"] + "\n", capture_output=True, text=True, check=False,
+                          timeout=remaining)
+    if proc.returncode != 0:
+        sys.exit(f"serving_bench: vllm bench serve failed on {args.client_host or 'this machine'} "
+                 f"(rc {proc.returncode}):\n{proc.stderr[-3000:]}")
+    data = json.loads(proc.stdout)
     results = [{"ok": not err, "latency": lat, "ttft": ttft, "tokens": tokens, "error": err or None, "status": None,
                 "upstream": None}
                for err, lat, ttft, tokens in zip(data["errors"], data["latencies"], data["ttfts"], data["output_lens"])]
@@ -103,7 +111,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     p.add_argument("--lb", default="", help="balancer base URL (nginx_lb; default: the lab's lb1)")
     p.add_argument("--lb-key", default="", help="API key for the balancer (default: the lab's edge key)")
-    p.add_argument("--direct", default="", help="one replica head's base URL (vllm_service; default: the lab's dgx1)")
+    p.add_argument("--direct", default="", help="one replica head's base URL as the client sees it "
+                   "(vllm_service; default: the lab's dgx1, its loopback when the client runs there)")
     p.add_argument("--direct-key", default="", help="API key for the replica (default: the lab's engine key)")
     p.add_argument("--model", default="tiny-llama")
     p.add_argument("--requests", type=int, default=48, help="requests per target and level (max 500)")
@@ -116,18 +125,30 @@ def main():
     lab_cache = os.environ.get("LAB_CACHE", "/var/cache/llmops-lab")
     p.add_argument("--client", choices=["vllm", "builtin"], default="vllm",
                    help="vllm: vLLM's `vllm bench serve` (default); builtin: this repository's streaming client")
-    p.add_argument("--vllm", default=os.path.join(lab_cache, "vllm-venv", "bin", "vllm"), help="the vllm program")
-    p.add_argument("--tokenizer", default="", help="local tokenizer directory (default: the lab's copy of --model)")
+    p.add_argument("--client-host", default="dgx1",
+                   help="lab host that runs vllm bench serve, over the lab's SSH: a vLLM node has the venv and the "
+                        "staged model, and the firewall lets it reach its own engine ('' = this machine)")
+    p.add_argument("--ssh-config", default=os.environ.get("LAB_SSH_CONFIG", "/var/lib/llmops-lab/ssh/llmops-lab.config"))
+    p.add_argument("--vllm", default="", help="the vllm program (default: the node's /opt/vllm/current/bin/vllm, "
+                                               "or the lab's vLLM venv here)")
+    p.add_argument("--tokenizer", default="", help="tokenizer directory on the client host (default: the model the "
+                                                    "node serves, or the lab's copy here)")
     p.add_argument("--input-len", type=int, default=64, help="prompt tokens per request (vllm client)")
     p.add_argument("--spread-requests", type=int, default=48,
                    help="requests of the last round through the balancer that measure the spread (vllm client)")
     args = p.parse_args()
     if not args.lb:
         args.lb, args.lb_key = f"http://{lab_address('lb1')}", args.lb_key or lab_var("lab_edge_api_key")
+    remote = args.client == "vllm" and args.client_host
     if not args.direct:
-        args.direct, args.direct_key = f"http://{lab_address('dgx1')}:8000", args.direct_key or lab_var("lab_vllm_api_key")
-    args.tokenizer = args.tokenizer or os.path.join(lab_cache, "models", args.model)
-    if args.client == "vllm" and not (os.access(args.vllm, os.X_OK) and os.path.isdir(args.tokenizer)):
+        args.direct = "http://127.0.0.1:8000" if remote else f"http://{lab_address('dgx1')}:8000"
+        args.direct_key = args.direct_key or lab_var("lab_vllm_api_key")
+    if not remote:
+        args.client_host = ""
+    args.vllm = args.vllm or ("/opt/vllm/current/bin/vllm" if remote else os.path.join(lab_cache, "vllm-venv", "bin", "vllm"))
+    args.tokenizer = args.tokenizer or (f"/var/lib/vllm/models/{args.model}" if remote
+                                        else os.path.join(lab_cache, "models", args.model))
+    if args.client == "vllm" and not remote and not (os.access(args.vllm, os.X_OK) and os.path.isdir(args.tokenizer)):
         sys.exit(f"serving_bench: --client vllm needs the vllm program ({args.vllm}) and a local tokenizer directory "
                  f"({args.tokenizer}): make lab-vllm, or --vllm/--tokenizer, or --client builtin")
 
@@ -145,7 +166,8 @@ def main():
     print(f"serving_bench: model {args.model}, {args.requests} streamed requests per target and level, "
           f"max_tokens {args.max_tokens} (ignore_eos), {args.rounds} alternating rounds per level, client "
           + ("vllm bench serve (" + args.vllm + f", {args.input_len}-token random prompts)" if args.client == "vllm" else "builtin"))
-    print(f"  lb     = {args.lb}\n  direct = {args.direct}\n")
+    print(f"  lb     = {args.lb}\n  direct = {args.direct}"
+          + (f" (as {args.client_host} sees it: the client runs there)" if args.client_host else "") + "\n")
     report = {}
     upstreams = collections.Counter()
     per_round = max(1, args.requests // args.rounds)
