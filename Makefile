@@ -113,7 +113,7 @@ build: collection
 	bash tests/compat/ansible_floor.sh
 
 units: collection
-	pytest -q tests/unit
+	pytest -q -n 2 tests/unit
 
 # Every <role> and <role>_<phase> tag of site.yml alone (one ansible-playbook --list-tasks each, no host
 # contacted): each lists its role's skip decision and preflight. The units check the same per phase.
