@@ -95,7 +95,7 @@ def task_profile(doc):
 def print_profile(label, doc, top=20):
     """The slowest tasks of a run, and the time per role (the part of a task name before ' : ')."""
     tasks = task_profile(doc)
-    total = sum(t for t, _ in tasks)
+    total = sum(seconds for seconds, dummy in tasks)
     roles = {}
     for seconds, name in tasks:
         role = name.split(" : ", 1)[0] if " : " in name else "(playbook)"

@@ -129,10 +129,10 @@ def main():
                    help="lab host that runs vllm bench serve, over the lab's SSH: a vLLM node has the venv and the "
                         "staged model, and the firewall lets it reach its own engine ('' = this machine)")
     p.add_argument("--ssh-config", default=os.environ.get("LAB_SSH_CONFIG", "/var/lib/llmops-lab/ssh/llmops-lab.config"))
-    p.add_argument("--vllm", default="", help="the vllm program (default: the node's /opt/vllm/current/bin/vllm, "
-                                               "or the lab's vLLM venv here)")
-    p.add_argument("--tokenizer", default="", help="tokenizer directory on the client host (default: the model the "
-                                                    "node serves, or the lab's copy here)")
+    p.add_argument("--vllm", default="",
+                   help="the vllm program (default: the node's /opt/vllm/current/bin/vllm, or the lab's vLLM venv here)")
+    p.add_argument("--tokenizer", default="",
+                   help="tokenizer directory on the client host (default: the model the node serves, or the lab's copy here)")
     p.add_argument("--input-len", type=int, default=64, help="prompt tokens per request (vllm client)")
     p.add_argument("--spread-requests", type=int, default=48,
                    help="requests of the last round through the balancer that measure the spread (vllm client)")

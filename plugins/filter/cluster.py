@@ -101,6 +101,23 @@ def cluster_api_url(hostvars, head):
     return "http://" + _host_port(cluster_address(hostvars, head), int(_get(api, "port", DEFAULTS["api_port"])))
 
 
+def cluster_backends(hostvars, hosts, explicit=None, override=""):
+    """The balancer's upstream servers, [{address, port, name}]: the EXPLICIT entries when there are any
+    (port 8000 and name = address unless given), else one per host of HOSTS (the replica heads): its
+    address (cluster_address with OVERRIDE), its API port (vllm_service_api.port, 8000) and its
+    replica's name (vllm_service_replica, else the host)."""
+    if explicit:
+        return [{"address": str(_get(b, "address", "")), "port": int(_get(b, "port", DEFAULTS["api_port"])),
+                 "name": str(_get(b, "name", _get(b, "address", "")))} for b in explicit]
+    out = []
+    for name in hosts or []:
+        hv = _get(hostvars, name, {})
+        api = _get(hv, "vllm_service_api", {}) or {}
+        out.append({"address": cluster_address(hostvars, name, override),
+                    "port": int(_get(api, "port", DEFAULTS["api_port"])), "name": _replica_of(name, hv)})
+    return out
+
+
 def _host_port(address, port):
     """ADDRESS:PORT, an IPv6 address in brackets."""
     if ":" in address and not address.startswith("["):
@@ -399,6 +416,7 @@ class FilterModule(object):
             "cluster_errors": cluster_errors,
             "cluster_rdma_device": cluster_rdma_device,
             "cluster_address": cluster_address,
+            "cluster_backends": cluster_backends,
             "cluster_api_url": cluster_api_url,
             "cluster_engine_topology": cluster_engine_topology,
             "cluster_join_errors": cluster_join_errors,

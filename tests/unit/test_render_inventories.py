@@ -115,9 +115,14 @@ PLAY = """
             name: llmops.vllm_cluster.monitoring
             tasks_from: preflight
             public: true
+        - name: Scrape targets of monitoring_prometheus
+          ansible.builtin.include_role:
+            name: llmops.vllm_cluster.monitoring_prometheus
+            tasks_from: targets
+            public: true
         - name: Render Prometheus's configuration
           ansible.builtin.template:
-            src: "{{ templates }}/monitoring/templates/prometheus.yml.j2"
+            src: "{{ templates }}/monitoring_prometheus/templates/prometheus.yml.j2"
             dest: "{{ out }}/prometheus.yml"
             mode: "0600"
 """

@@ -35,6 +35,12 @@ def test_defaults_are_used_when_the_head_sets_no_ports():
     assert out["h"]["master_port"] == 1234 and out["h"]["api_port"] == 9000
 
 
+@pytest.mark.parametrize("case", CASES["backends"], ids=[c["name"] for c in CASES["backends"]])
+def test_backends(case):
+    out = cluster.cluster_backends(case["hostvars"], case["hosts"], case.get("explicit"), case.get("override", ""))
+    assert out == case["expect"]
+
+
 @pytest.mark.parametrize("case", CASES["addresses"], ids=[c["name"] for c in CASES["addresses"]])
 def test_addresses(case):
     assert cluster.cluster_address(case["hostvars"], case["host"], case.get("override", "")) == case["expect"]
