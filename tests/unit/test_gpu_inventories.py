@@ -20,7 +20,9 @@ from ansible_run import ansible_env, inventory_groups, run_inventory_play  # tes
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INV = ROOT / "inventories" / "hgx_h200"
 GPU_INVENTORIES = ["dgx_spark", "dgx_spark_single", "hgx_h200"]
-ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "meta" / "argument_specs.yml").exists())
+# The roles a user applies (a main entry point); a layer's component roles take the layer's variables.
+ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "meta" / "argument_specs.yml").exists()
+               and "main" in yaml.safe_load((p / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))["argument_specs"])
 
 PLAY = """
 - name: Preflight of inventories/hgx_h200 from the inventory alone
