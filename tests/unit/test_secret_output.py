@@ -68,8 +68,8 @@ ROLES = sorted(p.parent.parent.name for p in ROOT.glob("roles/*/meta/argument_sp
 SECRETS = {role: sorted(n for n, s in spec_options(role).items() if s.get("no_log") and "." not in n) for role in ROLES}
 # A layer's component roles (no main entry point: monitoring_prometheus, monitoring_grafana, ...)
 # write with the layer's variables, so the layer's secrets are theirs.
-LAYERS = [r for r in ROLES if "main" in yaml.safe_load((ROOT / "roles" / r / "meta" / "argument_specs.yml")
-                                                      .read_text(encoding="utf-8"))["argument_specs"]]
+LAYERS = [r for r in ROLES
+          if "main" in yaml.safe_load((ROOT / "roles" / r / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))["argument_specs"]]
 
 
 def owner(role):
