@@ -10,6 +10,8 @@ contacted: plays run with a local connection, or on localhost only).
   render_role_templates(work, role, templates, extra)
                                                {template: text}: a role's templates rendered by Ansible
                                                with the role's defaults and constants
+  applied_roles()                              the roles a user applies (a main entry point); a layer's
+                                               component roles and their base take the layer's variables
 """
 import json
 import os
@@ -55,6 +57,15 @@ RENDER_PLAY = """
         mode: "0600"
       loop: {templates}
 """
+
+
+def applied_roles():
+    """Sorted names of the roles with a `main` entry point in meta/argument_specs.yml."""
+    out = []
+    for spec in sorted((ROOT / "roles").glob("*/meta/argument_specs.yml")):
+        if "main" in yaml.safe_load(spec.read_text(encoding="utf-8"))["argument_specs"]:
+            out.append(spec.parent.parent.name)
+    return out
 
 
 def ansible_env(library=None):

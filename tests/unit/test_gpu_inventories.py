@@ -15,14 +15,13 @@ import sys
 import pytest
 import yaml
 
-from ansible_run import ansible_env, inventory_groups, run_inventory_play  # tests/unit
+from ansible_run import ansible_env, applied_roles, inventory_groups, run_inventory_play  # tests/unit
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INV = ROOT / "inventories" / "hgx_h200"
 GPU_INVENTORIES = ["dgx_spark", "dgx_spark_single", "hgx_h200"]
 # The roles a user applies (a main entry point); a layer's component roles take the layer's variables.
-ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "meta" / "argument_specs.yml").exists()
-               and "main" in yaml.safe_load((p / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))["argument_specs"])
+ROLES = applied_roles()
 
 PLAY = """
 - name: Preflight of inventories/hgx_h200 from the inventory alone

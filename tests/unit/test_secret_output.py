@@ -29,6 +29,8 @@ import jinja2
 import pytest
 import yaml
 
+from ansible_run import applied_roles  # tests/unit
+
 ROOT = pathlib.Path(__file__).resolve().parents[1].parent
 WRITERS = {"template", "copy", "lineinfile", "blockinfile"}
 # Arguments that carry the written text (shown with the module's arguments at -vvv).
@@ -68,8 +70,7 @@ ROLES = sorted(p.parent.parent.name for p in ROOT.glob("roles/*/meta/argument_sp
 SECRETS = {role: sorted(n for n, s in spec_options(role).items() if s.get("no_log") and "." not in n) for role in ROLES}
 # A layer's component roles (no main entry point: monitoring_prometheus, monitoring_grafana, ...)
 # write with the layer's variables, so the layer's secrets are theirs.
-LAYERS = [r for r in ROLES
-          if "main" in yaml.safe_load((ROOT / "roles" / r / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))["argument_specs"]]
+LAYERS = applied_roles()
 
 
 def owner(role):
