@@ -18,11 +18,12 @@ description:
   - A file's content comes from a template of the role (O(files[].template), rendered on the
     controller like the C(template) module does, C(ansible_managed) included), a file of the role
     (O(files[].src)) or a string (O(files[].content)).
-  - "Nothing is lost: every file whose content changed is first written to a temporary file beside
-    its destination, given its owner, group and mode, and checked with its O(files[].validate)
-    command. Only when every check of the set passed are the files moved into place (one rename
-    each, so a reader sees the old file or the new one). A failed check replaces nothing and names
-    the file and what the check printed."
+  - "Nothing is lost: every file whose content changed is first written, under its own name, to a
+    private directory beside its destination (so no C(*.conf) or C(*.yml) include of that directory
+    sees it), given its owner, group and mode, and checked with its O(files[].validate) command.
+    Only when every check of the set passed are the files moved into place (one rename each, so a
+    reader sees the old file or the new one). A failed check replaces nothing and names the file
+    and what the check printed."
   - An unchanged file only has its owner, group and mode corrected.
   - O(files[].key) names an entry in the result, so a later task can ask whether one file changed
     (R(changed_keys)).
@@ -181,6 +182,7 @@ files:
 '''
 
 import os
+import shutil
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -307,9 +309,13 @@ class FileSet:
         if not os.path.isdir(directory):
             self.module.fail_json(msg='%s: the directory %s does not exist (list it first with state=directory)'
                                   % (key, directory))
-        handle, tmp = tempfile.mkstemp(dir=directory, prefix='.%s.' % os.path.basename(path), suffix='.new')
+        # A private directory beside the destination: the same file system (the move is a rename),
+        # the same file name (a check may read the extension), and no glob of the destination's
+        # directory (*.conf, *.yml) sees the candidate.
+        stage = tempfile.mkdtemp(dir=directory, prefix='.file_set-')
+        tmp = os.path.join(stage, os.path.basename(path))
         self.staged.append((key, item, tmp, before))
-        with os.fdopen(handle, 'wb') as out:
+        with open(tmp, 'wb') as out:
             out.write(new)
         self.module.set_fs_attributes_if_different(_attrs(self.module, tmp, item), True)
 
@@ -329,10 +335,7 @@ class FileSet:
 
     def discard(self):
         for dummy, dummy2, tmp, dummy3 in self.staged:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+            shutil.rmtree(os.path.dirname(tmp), ignore_errors=True)
 
     def commit(self):
         for key, item, tmp, before in self.staged:
