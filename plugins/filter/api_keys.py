@@ -49,7 +49,7 @@ def api_key_errors(keys, name="api_keys", min_length=16, max_length=1024, min_di
         if not isinstance(key, str):
             errors.append("%s is not a string" % where)
             continue
-        if not CHARSET_RE.match(key):
+        if not CHARSET_RE.fullmatch(key):
             errors.append("%s has a character outside %s" % (where, CHARSET_TEXT))
         if not min_length <= len(key) <= max_length:
             errors.append("%s must be %d to %d characters long" % (where, min_length, max_length))
@@ -74,7 +74,7 @@ def api_key_errors(keys, name="api_keys", min_length=16, max_length=1024, min_di
 
 def nginx_regex_literal(text):
     """`text` (characters of a key) as a PCRE literal inside a double-quoted nginx string."""
-    if not isinstance(text, str) or not CHARSET_RE.match(text):
+    if not isinstance(text, str) or not CHARSET_RE.fullmatch(text):
         raise AnsibleFilterError("nginx_regex_literal: only %s can be made a literal" % CHARSET_TEXT)
     return REGEX_SPECIAL_RE.sub(r"[\1]", text)
 

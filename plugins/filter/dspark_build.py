@@ -28,7 +28,7 @@ def _name(item, index):
 def dspark_patch_errors(patches, remote="", active_release="", method="source"):
     """Every problem with dspark_build_patches / dspark_build_patch_git_url / dspark_build_active_release."""
     errors = []
-    if active_release and not RELEASE_RE.match(str(active_release)):
+    if active_release and not RELEASE_RE.fullmatch(str(active_release)):
         errors.append("dspark_build_active_release must be empty (the release the settings build) or a recorded "
                       "release's name, vllm- and 12 hex digits (for example vllm-0123456789ab, as "
                       "`ls /opt/vllm/releases` and the report list them); got '%s'" % active_release)
@@ -52,7 +52,7 @@ def dspark_patch_errors(patches, remote="", active_release="", method="source"):
                           "(from dspark_build_patch_git_url)" % where)
             continue
         name = _name(item, index)
-        if not NAME_RE.match(name):
+        if not NAME_RE.fullmatch(name):
             errors.append("%s: name must be letters, digits, '_', '.', '+', '-' (at most 100), got '%s'"
                           % (where, name))
         if name in names:
@@ -67,7 +67,7 @@ def dspark_patch_errors(patches, remote="", active_release="", method="source"):
                 errors.append("%s: file %s does not exist on the controller" % (where, path))
         else:
             commit = str(item["commit"])
-            if not COMMIT_RE.match(commit):
+            if not COMMIT_RE.fullmatch(commit):
                 errors.append("%s: commit must be 7 to 40 lower-case hex digits (a commit id), got '%s'"
                               % (where, commit))
             if not remote:

@@ -25,11 +25,11 @@ def systemd_dropin_files(units, name, template, present=True):
     """file_set entries for one drop-in per unit (root-owned, 0644, directories 0755)."""
     if not isinstance(units, list):
         raise AnsibleFilterError("systemd_dropin_files: units must be a list, got %r" % (units,))
-    if not isinstance(name, str) or not NAME_RE.match(name) or name.startswith("."):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name) or name.startswith("."):
         raise AnsibleFilterError("systemd_dropin_files: %r is not a drop-in file name (NAME.conf)" % (name,))
     out = []
     for unit in units:
-        if not isinstance(unit, str) or not UNIT_RE.match(unit) or unit.startswith(".") or ".." in unit:
+        if not isinstance(unit, str) or not UNIT_RE.fullmatch(unit) or unit.startswith(".") or ".." in unit:
             raise AnsibleFilterError("systemd_dropin_files: %r is not a systemd unit name" % (unit,))
         base = unit if "." in unit and unit.rsplit(".", 1)[1] in ("service", "socket", "timer", "mount", "path") \
             else unit + ".service"

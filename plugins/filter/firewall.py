@@ -117,7 +117,7 @@ def firewall_plan(services, addresses_by_host):
     for svc in services or []:
         name = svc.get("name")
         origin = svc.get("origin", name)
-        if not isinstance(name, str) or not NAME_RE.match(name):
+        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
             errors.append("%s: service name '%s' must match %s" % (origin, name, NAME_RE.pattern))
             continue
         if name in names:

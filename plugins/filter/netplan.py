@@ -62,7 +62,7 @@ def netplan_errors(interfaces, bonds=None, present=None, host="this host"):
             errors.append("%s on %s must be a mapping, got %r" % (where, host, item))
             continue
         name = item.get("name")
-        if not isinstance(name, str) or not IFNAME_RE.match(name):
+        if not isinstance(name, str) or not IFNAME_RE.fullmatch(name):
             errors.append("%s.name on %s must be an interface name (1-15 of A-Z a-z 0-9 _ . : -), got %r"
                           % (where, host, name))
             continue

@@ -76,27 +76,27 @@ def response_cache_errors(settings):
     if len(s["response_cache_redis_bind"] or []) == 0:
         errors.append("response_cache_redis_bind: at least one address")
     maxmemory = _text(s["response_cache_redis_maxmemory"])
-    if not MAXMEMORY_RE.match(maxmemory):
+    if not MAXMEMORY_RE.fullmatch(maxmemory):
         errors.append("response_cache_redis_maxmemory: a Redis size such as 256mb or 2gb, got '%s'" % maxmemory)
     header = _text(s["response_cache_bypass_header"])
-    if not HEADER_RE.match(header):
+    if not HEADER_RE.fullmatch(header):
         errors.append("response_cache_bypass_header: a header name (letters, digits, -), got '%s'" % header)
     for port in (s["response_cache_redis_port"], s["response_cache_port"], s["response_cache_gateway_port"]):
         if not 1 <= _int(port) <= 65535:
             errors.append("response_cache_redis_port/response_cache_port/response_cache_gateway_port: a port 1-65535, got %s" % port)
     gateway = _text(s["response_cache_gateway_address"])
-    if not LOOPBACK_RE.match(gateway):
+    if not LOOPBACK_RE.fullmatch(gateway):
         errors.append("response_cache_gateway_address: a loopback address (127.x.x.x or ::1; LiteLLM's admin routes must not be "
                       "reachable from the network, clients use the front), got '%s'" % gateway)
     if s["response_cache_gateway_port"] == s["response_cache_port"]:
         errors.append("response_cache_gateway_port: must differ from response_cache_port (the front), got %s"
                       % s["response_cache_gateway_port"])
     listen = _text(s["response_cache_listen_address"])
-    if not LISTEN_RE.match(listen):
+    if not LISTEN_RE.fullmatch(listen):
         errors.append("response_cache_listen_address: empty (every address), an IPv4 address or a bracketed IPv6 address, got '%s'"
                       % listen)
     body = _text(s["response_cache_client_max_body_size"])
-    if not NGINX_SIZE_RE.match(body):
+    if not NGINX_SIZE_RE.fullmatch(body):
         errors.append("response_cache_client_max_body_size: an nginx size such as 16m or 512k, got '%s'" % body)
     if _int(s["response_cache_rate_limit"]) < 0 or _int(s["response_cache_rate_limit_burst"]) < 0:
         errors.append("response_cache_rate_limit/response_cache_rate_limit_burst: 0 or more")
