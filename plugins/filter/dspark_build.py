@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -87,6 +88,33 @@ def dspark_patch_list(patches, patch_dir):
     return out
 
 
+def dspark_release_state(stdout):
+    """The link, the releases and the current release's record from the release probe's output
+    (roles/dspark_build/vars/main.yml, dspark_build__state_probe): the link's target on the first
+    line, then '--- releases' and 'MTIME PATH' per release directory, then '--- record' and the
+    record's JSON (empty when it is not there)."""
+    if not isinstance(stdout, str):
+        raise AnsibleFilterError("dspark_release_state: expected the probe's output, got %r" % (stdout,))
+    head, sep, rest = stdout.partition("--- releases\n")
+    if not sep:
+        raise AnsibleFilterError("dspark_release_state: no releases section in the probe's output")
+    listing, sep, record = rest.partition("--- record\n")
+    if not sep:
+        raise AnsibleFilterError("dspark_release_state: no record section in the probe's output")
+    releases = []
+    for line in listing.splitlines():
+        mtime, _, path = line.partition(" ")
+        if mtime.isdigit() and path:
+            releases.append({"path": path, "mtime": int(mtime)})
+    parsed = None
+    if record.strip():
+        try:
+            parsed = json.loads(record)
+        except ValueError:
+            parsed = None
+    return {"link": head.strip(), "releases": releases, "record": parsed}
+
+
 class FilterModule(object):
     """dspark_build filters."""
 
@@ -94,4 +122,5 @@ class FilterModule(object):
         return {
             "dspark_patch_errors": dspark_patch_errors,
             "dspark_patch_list": dspark_patch_list,
+            "dspark_release_state": dspark_release_state,
         }

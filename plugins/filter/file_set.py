@@ -7,6 +7,9 @@
       -> for each unit, its drop-in directory and the drop-in NAME rendered from TEMPLATE with the
          variable `unit` set to the unit (removed instead when PRESENT is false); the drop-in's key
          is the unit, so `changed_keys` names the units whose drop-in changed.
+  file_set_directories(paths, owner, group, mode)
+      -> a `state: directory` entry for each absolute path (a list built from data, such as the
+         directories of the models a node stages).
 
 Only Python's standard library.
 """
@@ -41,6 +44,18 @@ def systemd_dropin_files(units, name, template, present=True):
     return out
 
 
+def file_set_directories(paths, owner="root", group="root", mode="0755"):
+    """file_set entries creating each directory of PATHS (absolute, no '..' segment)."""
+    if not isinstance(paths, list):
+        raise AnsibleFilterError("file_set_directories: paths must be a list, got %r" % (paths,))
+    out = []
+    for path in paths:
+        if not isinstance(path, str) or not path.startswith("/") or "\n" in path or ".." in path.split("/"):
+            raise AnsibleFilterError("file_set_directories: %r is not an absolute path without '..'" % (path,))
+        out.append({"dest": path, "state": "directory", "owner": owner, "group": group, "mode": mode})
+    return out
+
+
 class FilterModule(object):
     def filters(self):
-        return {"systemd_dropin_files": systemd_dropin_files}
+        return {"systemd_dropin_files": systemd_dropin_files, "file_set_directories": file_set_directories}

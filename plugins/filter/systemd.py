@@ -3,11 +3,11 @@
 # Apache License 2.0 (see galaxy.yml)
 """Reading systemd's own output in one remote call.
 
-  systemd_probe(stdout, names) -> {'manager': 'systemd'|'other', 'default_target': str,
+  systemd_probe(stdout, names) -> {'manager': 'systemd'|'other', 'default_target': str, 'gui': [pid, ...],
                                     'units': {name: {'id', 'load', 'file_state', 'present', 'alias'}}}
       from the output of the probe in roles/headless/vars/main.yml (headless__probe): `manager=`,
-      `default=` lines, then `systemctl show --property=Id,LoadState,UnitFileState NAME...`, one
-      block per NAME in the order given.
+      `default=` and (optional) `gui=` lines, then `systemctl show --property=Id,LoadState,UnitFileState
+      NAME...`, one block per NAME in the order given.
 
 Only Python's standard library.
 """
@@ -33,7 +33,7 @@ def systemd_probe(stdout, names):
         key, sep, value = line.partition("=")
         if not sep:
             raise AnsibleFilterError("systemd_probe: unexpected line %r" % line)
-        if key in ("manager", "default") and block is None and not blocks:
+        if key in ("manager", "default", "gui") and block is None and not blocks:
             head[key] = value.strip()
             continue
         if block is None:
@@ -43,7 +43,7 @@ def systemd_probe(stdout, names):
     if "manager" not in head:
         raise AnsibleFilterError("systemd_probe: the output names no service manager")
     if head["manager"] != "systemd":
-        return {"manager": head["manager"], "default_target": "", "units": {}}
+        return {"manager": head["manager"], "default_target": "", "gui": [], "units": {}}
     names = [_unit_name(n) for n in names]
     if len(blocks) != len(names):
         raise AnsibleFilterError("systemd_probe: %d units asked, %d answered" % (len(names), len(blocks)))
@@ -58,7 +58,8 @@ def systemd_probe(stdout, names):
             "present": load not in ("not-found", ""),
             "alias": info.get("Id", name) != name,
         }
-    return {"manager": "systemd", "default_target": head.get("default", ""), "units": units}
+    gui = [pid for pid in head.get("gui", "").split(",") if pid]
+    return {"manager": "systemd", "default_target": head.get("default", ""), "gui": gui, "units": units}
 
 
 class FilterModule(object):

@@ -51,3 +51,30 @@ def test_each_problem_named(patch_file, patches, remote, release, method, expect
         patches = [{k: (patch_file if v == "FILE" else v) for k, v in p.items()} for p in patches]
     errors = db.dspark_patch_errors(patches, remote, release, method)
     assert any(expected in e for e in errors), errors
+
+
+def _fixture(name):
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "dspark", name)
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def test_release_state_of_a_real_probe():
+    state = db.dspark_release_state(_fixture("release-state-dgx1.txt"))
+    assert state["link"] == "/opt/vllm/releases/vllm-f52208f8ff7f"
+    assert state["releases"] == [{"path": "/opt/vllm/releases/vllm-f52208f8ff7f", "mtime": 1796476576}]
+    assert state["record"]["probe"]["python"] == "3.11.2"
+    assert "dspark" in state["record"]["probe"]["speculative_methods"]
+
+
+def test_release_state_without_link_releases_or_record():
+    state = db.dspark_release_state("--- releases\n--- record\n")
+    assert state == {"link": "", "releases": [], "record": None}
+    broken = db.dspark_release_state("/x\n--- releases\n12 /a\nnot a line\n--- record\n{half\n")
+    assert broken["releases"] == [{"path": "/a", "mtime": 12}] and broken["record"] is None
+
+
+@pytest.mark.parametrize("text", ["", "/x\n", "/x\n--- releases\n", None])
+def test_release_state_refuses_output_without_its_sections(text):
+    with pytest.raises(Exception):
+        db.dspark_release_state(text)

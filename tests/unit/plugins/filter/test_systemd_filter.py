@@ -31,7 +31,7 @@ def test_probe_reads_every_unit_state_of_the_capture():
 
 
 def test_probe_on_a_host_without_systemd():
-    assert systemd.systemd_probe("manager=other\n", ["gdm3.service"]) == {"manager": "other", "default_target": "", "units": {}}
+    assert systemd.systemd_probe("manager=other\n", ["gdm3.service"]) == {"manager": "other", "default_target": "", "gui": [], "units": {}}
 
 
 def test_probe_with_no_unit_asked():
@@ -76,3 +76,22 @@ def test_dropin_refuses_file_names(name):
 def test_dropin_refuses_a_non_list():
     with pytest.raises(AnsibleFilterError, match="units must be a list"):
         file_set.systemd_dropin_files("prometheus", "x.conf", "t.j2")
+
+
+def test_probe_reads_the_gui_processes():
+    text = "manager=systemd\ndefault=graphical.target\ngui=1234,5678\n"
+    assert systemd.systemd_probe(text, [])["gui"] == ["1234", "5678"]
+    assert systemd.systemd_probe("manager=systemd\ndefault=x\ngui=\n", [])["gui"] == []
+    assert systemd.systemd_probe("manager=systemd\ndefault=x\n", [])["gui"] == []
+
+
+def test_directory_entries():
+    assert file_set.file_set_directories(["/srv/models/a"], "root", "root", "0755") == [
+        {"dest": "/srv/models/a", "state": "directory", "owner": "root", "group": "root", "mode": "0755"}]
+    assert file_set.file_set_directories([]) == []
+
+
+@pytest.mark.parametrize("path", ["relative/x", "/srv/../etc", "/srv/x\n", "", None, ".."])
+def test_directory_entries_refuse_paths(path):
+    with pytest.raises(AnsibleFilterError):
+        file_set.file_set_directories([path])
