@@ -171,7 +171,7 @@ files:
       group: myservice
       mode: "0640"
       changed: true
-      backup_file: /etc/myservice/config.yaml.12345.2026-12-05@10:00:00~
+      backup_file: /etc/myservice/config.yaml.12345.<date>@<time>~
     unit:
       dest: /etc/systemd/system/myservice.service
       state: file

@@ -32,7 +32,7 @@ import yaml
 from ansible_run import applied_roles  # tests/unit
 
 ROOT = pathlib.Path(__file__).resolve().parents[1].parent
-WRITERS = {"template", "copy", "lineinfile", "blockinfile"}
+WRITERS = {"template", "copy", "lineinfile", "blockinfile", "file_set"}
 # Arguments that carry the written text (shown with the module's arguments at -vvv).
 TEXT_ARGS = {"copy": "content", "lineinfile": "line", "blockinfile": "block"}
 SECRET_NAME = re.compile(r"(password|passwd|token|secret|api_key|master_key|metrics_key|_keys?$|tenants$)")
@@ -105,6 +105,22 @@ def template_sources(role, src, loop):
     return [p.name for p in (ROOT / "roles" / role / "templates").iterdir()]
 
 
+def file_set_templates(role, text):
+    """The templates a file_set task renders: every template of the role that its arguments or vars
+    name (entries built by an expression name theirs too); every template when none is named."""
+    templates = ROOT / "roles" / role / "templates"
+    every = sorted(p.name for p in templates.iterdir()) if templates.is_dir() else []
+    named = [name for name in every if name in text]
+    return named or (every if "template" in text else [])
+
+
+def file_set_content(task, module):
+    """Whether a file_set task passes text in an entry's `content` (shown with its arguments at -vvv)."""
+    args = task[next(k for k in task if k.endswith(module))] or {}
+    entries = args.get("files") if isinstance(args, dict) else None
+    return isinstance(entries, list) and any(isinstance(e, dict) and "content" in e for e in entries)
+
+
 def writers():
     """(role, tasks file, task, module, secrets it writes) for every file writer of every role."""
     out = []
@@ -120,6 +136,9 @@ def writers():
                 sources = template_sources(role, args.get("src"), task.get("loop"))
                 for src in sources:
                     text += (ROOT / "roles" / role / "templates" / src).read_text(encoding="utf-8")
+            elif module.endswith("file_set"):
+                for src in file_set_templates(role, text):
+                    text += (ROOT / "roles" / role / "templates" / src).read_text(encoding="utf-8")
             used = sorted(identifiers(text) & set(SECRETS.get(owner(role), [])))
             out.append((role, path.name, task, module.split(".")[-1], used))
     return out
@@ -134,6 +153,8 @@ def test_the_search_finds_the_known_secret_writers():
     found = {(w[0], w[2].get("name")) for w in SECRET_WRITERS}
     assert RUN <= found, sorted(found)
     assert {"nginx_lb", "vllm_service", "monitoring"} <= {owner(w[0]) for w in SECRET_WRITERS}, sorted(found)
+    # The environment file and the edge keys are written by file_set.
+    assert {("vllm_service", "file_set"), ("nginx_lb", "file_set")} <= {(w[0], w[3]) for w in SECRET_WRITERS}, sorted(found)
     assert {"monitoring_prometheus", "monitoring_grafana"} <= {w[0] for w in SECRET_WRITERS}, sorted(found)
 
 
@@ -153,6 +174,9 @@ def test_a_task_writing_a_secret_hides_it_from_diff_and_arguments(writer):
     no_log = task.get("no_log") is True or "{{" in str(task.get("no_log"))
     assert no_log or task.get("diff") is False, (f"{role}/tasks/{filename}: '{task.get('name')}' writes {used} and "
                                                  "would show it under --diff: it needs `diff: false` (or `no_log: true`)")
+    if module == "file_set" and file_set_content(task, module):
+        assert no_log, (f"{role}/tasks/{filename}: '{task.get('name')}' carries {used} in an entry's `content`, "
+                        "shown at -vvv: it needs `no_log: true`")
     if module in TEXT_ARGS and TEXT_ARGS[module] in (task[next(k for k in task if k.endswith(module))] or {}):
         assert no_log, (f"{role}/tasks/{filename}: '{task.get('name')}' carries {used} in its "
                         f"`{TEXT_ARGS[module]}` argument, shown at -vvv: it needs `no_log: true`")
