@@ -13,6 +13,8 @@ import json
 import os
 import re
 
+from ansible.errors import AnsibleFilterError
+
 COMMIT_RE = re.compile(r"^[0-9a-f]{7,40}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")
 RELEASE_RE = re.compile(r"^vllm-[0-9a-f]{12}$")
@@ -103,7 +105,7 @@ def dspark_release_state(stdout):
         raise AnsibleFilterError("dspark_release_state: no record section in the probe's output")
     releases = []
     for line in listing.splitlines():
-        mtime, _, path = line.partition(" ")
+        mtime, dummy, path = line.partition(" ")
         if mtime.isdigit() and path:
             releases.append({"path": path, "mtime": int(mtime)})
     parsed = None

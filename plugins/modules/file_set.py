@@ -26,7 +26,7 @@ description:
     and what the check printed."
   - An unchanged file only has its owner, group and mode corrected.
   - O(files[].key) names an entry in the result, so a later task can ask whether one file changed
-    (R(changed_keys)).
+    (RV(changed_keys)).
 author:
   - llmops.vllm_cluster developers (@llmops)
 attributes:
@@ -46,7 +46,7 @@ options:
     suboptions:
       key:
         description:
-          - Name of the entry in R(files) and R(changed_keys). Defaults to O(files[].dest).
+          - Name of the entry in RV(files) and RV(changed_keys). Defaults to O(files[].dest).
         type: str
       dest:
         description:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmops.vllm_cluster.plugins.filter import (api_keys, dspark_build, file_set, firewall,
-                                                                     netplan, response_cache)
+from ansible_collections.llmops.vllm_cluster.plugins.filter import api_keys, dspark_build, file_set
+from ansible_collections.llmops.vllm_cluster.plugins.filter import firewall, netplan, response_cache
 
 KEY = "abcdefghijklmnopqrstuvwxyz012345"
 
