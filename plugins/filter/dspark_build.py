@@ -93,28 +93,30 @@ def dspark_patch_list(patches, patch_dir):
 def dspark_release_state(stdout):
     """The link, the releases and the current release's record from the release probe's output
     (roles/dspark_build/vars/main.yml, dspark_build__state_probe): the link's target on the first
-    line, then '--- releases' and 'MTIME PATH' per release directory, then '--- record' and the
-    record's JSON (empty when it is not there)."""
+    line (none when there is no link), then a '--- releases' line and 'MTIME PATH' per release
+    directory, then a '--- record' line and the record's JSON (nothing when it is not there).
+    Ansible strips the output's last newline: the markers are read as whole lines."""
     if not isinstance(stdout, str):
         raise AnsibleFilterError("dspark_release_state: expected the probe's output, got %r" % (stdout,))
-    head, sep, rest = stdout.partition("--- releases\n")
-    if not sep:
-        raise AnsibleFilterError("dspark_release_state: no releases section in the probe's output")
-    listing, sep, record = rest.partition("--- record\n")
-    if not sep:
-        raise AnsibleFilterError("dspark_release_state: no record section in the probe's output")
+    lines = stdout.split("\n")
+    if "--- releases" not in lines or "--- record" not in lines:
+        raise AnsibleFilterError("dspark_release_state: the probe's output lacks its '--- releases' or '--- record' line")
+    at_releases, at_record = lines.index("--- releases"), lines.index("--- record")
+    if at_record < at_releases:
+        raise AnsibleFilterError("dspark_release_state: the probe's sections are out of order")
     releases = []
-    for line in listing.splitlines():
+    for line in lines[at_releases + 1:at_record]:
         mtime, dummy, path = line.partition(" ")
         if mtime.isdigit() and path:
             releases.append({"path": path, "mtime": int(mtime)})
+    record = "\n".join(lines[at_record + 1:])
     parsed = None
     if record.strip():
         try:
             parsed = json.loads(record)
         except ValueError:
             parsed = None
-    return {"link": head.strip(), "releases": releases, "record": parsed}
+    return {"link": "\n".join(lines[:at_releases]).strip(), "releases": releases, "record": parsed}
 
 
 class FilterModule(object):

@@ -68,13 +68,16 @@ def test_release_state_of_a_real_probe():
 
 
 def test_release_state_without_link_releases_or_record():
-    state = db.dspark_release_state("--- releases\n--- record\n")
-    assert state == {"link": "", "releases": [], "record": None}
+    # As Ansible returns it: the last newline stripped (a fresh host: no link, no release, no record).
+    assert db.dspark_release_state("--- releases\n--- record") == {"link": "", "releases": [], "record": None}
+    assert db.dspark_release_state("--- releases\n--- record\n") == {"link": "", "releases": [], "record": None}
+    state = db.dspark_release_state(_fixture("release-state-dgx1.txt").rstrip("\n"))
+    assert state["record"]["probe"]["python"] == "3.11.2"
     broken = db.dspark_release_state("/x\n--- releases\n12 /a\nnot a line\n--- record\n{half\n")
     assert broken["releases"] == [{"path": "/a", "mtime": 12}] and broken["record"] is None
 
 
-@pytest.mark.parametrize("text", ["", "/x\n", "/x\n--- releases\n", None])
+@pytest.mark.parametrize("text", ["", "/x\n", "/x\n--- releases\n", "--- record\n--- releases", None])
 def test_release_state_refuses_output_without_its_sections(text):
     with pytest.raises(Exception):
         db.dspark_release_state(text)
