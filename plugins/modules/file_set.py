@@ -328,7 +328,7 @@ class FileSet:
             if rc != 0:
                 self.discard()
                 self.module.fail_json(
-                    msg='%s: the check of the new %s failed (rc=%d); nothing of this set was replaced: %s'
+                    msg='%s: the check of the new %s failed (validate, rc=%d); nothing of this set was replaced: %s'
                         % (key, item['dest'], rc, (err or out).strip()[-2000:]),
                     key=key, dest=item['dest'], rc=rc, stdout=out, stderr=err,
                     changed_keys=[], files={})
