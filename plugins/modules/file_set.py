@@ -19,11 +19,12 @@ description:
     controller like the C(template) module does, C(ansible_managed) included), a file of the role
     (O(files[].src)) or a string (O(files[].content)).
   - "Nothing is lost: every file whose content changed is first written, under its own name, to a
-    private directory beside its destination (so no C(*.conf) or C(*.yml) include of that directory
-    sees it), given its owner, group and mode, and checked with its O(files[].validate) command.
-    Only when every check of the set passed are the files moved into place (one rename each, so a
-    reader sees the old file or the new one). A failed check replaces nothing and names the file
-    and what the check printed."
+    private directory in the module's temporary directory (the destination's directory does not
+    change, and no C(*.conf) or C(*.yml) include of it sees a candidate), given its owner, group and
+    mode, and checked with its O(files[].validate) command. Only when every check of the set passed
+    are the files moved into place (a rename in the destination's directory, so a reader sees the
+    old file or the new one). A failed check changes nothing and names the file and what the check
+    printed."
   - An unchanged file only has its owner, group and mode corrected.
   - O(files[].key) names an entry in the result, so a later task can ask whether one file changed
     (RV(changed_keys)).
@@ -309,10 +310,10 @@ class FileSet:
         if not os.path.isdir(directory):
             self.module.fail_json(msg='%s: the directory %s does not exist (list it first with state=directory)'
                                   % (key, directory))
-        # A private directory beside the destination: the same file system (the move is a rename),
-        # the same file name (a check may read the extension), and no glob of the destination's
-        # directory (*.conf, *.yml) sees the candidate.
-        stage = tempfile.mkdtemp(dir=directory, prefix='.file_set-')
+        # A private directory in the module's temporary directory: the destination's directory is
+        # not touched before every check passed (no glob of it, *.conf or *.yml, sees a candidate),
+        # and the candidate keeps the file's name (a check may read the extension).
+        stage = tempfile.mkdtemp(dir=self.module.tmpdir, prefix='file_set-')
         tmp = os.path.join(stage, os.path.basename(path))
         self.staged.append((key, item, tmp, before))
         with open(tmp, 'wb') as out:
