@@ -217,6 +217,15 @@ class Handler(BaseHTTPRequestHandler):
             st.max_in_flight = max(st.max_in_flight, st.in_flight)
             st.counter += 1
             upstream = st.upstreams[st.counter % len(st.upstreams)] if st.upstreams else None
+        held = [True]
+
+        def release():
+            # Before the answer's last bytes: a client that read them may send its next request
+            # before this thread runs again, and must not be counted twice.
+            if held[0]:
+                held[0] = False
+                with st.lock:
+                    st.in_flight -= 1
         try:
             time.sleep(st.delay)
             extra = {'X-Upstream': upstream} if upstream else {}
@@ -230,6 +239,7 @@ class Handler(BaseHTTPRequestHandler):
                     choice['message'] = {'role': 'assistant', 'content': ''.join(tokens)}
                 else:
                     choice['text'] = ''.join(tokens)
+                release()
                 return self._send(200, {'id': 'x', 'choices': [choice], 'usage': usage}, extra=extra)
             self.send_response(200)
             self.send_header('Content-Type', 'text/event-stream')
@@ -256,12 +266,12 @@ class Handler(BaseHTTPRequestHandler):
                 return None
             if st.send_usage and body.get('stream_options', {}).get('include_usage'):
                 event({'choices': [], 'usage': usage})
+            release()
             self.wfile.write(b'data: [DONE]\n\n')
             self.wfile.flush()
             return None
         finally:
-            with st.lock:
-                st.in_flight -= 1
+            release()
 
 
 class StandinServer(ThreadingHTTPServer):
