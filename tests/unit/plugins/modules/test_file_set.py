@@ -37,7 +37,7 @@ def role(tmp_path):
 
 
 def run(role, files, *args, extra=None):
-    """Run a file_set task with FILES; return (rc, the task's result for localhost, output)."""
+    """Call file_set with FILES in a playbook on localhost; give back (rc, the task's result, its output)."""
     task = [{"name": "Set", "llmops.vllm_cluster.file_set": {"files": files}, "register": "r"}]
     (role / "roles" / "r" / "tasks" / "main.yml").write_text(json.dumps(task))
     env = dict(ansible_env(), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
