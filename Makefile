@@ -23,7 +23,7 @@ SCENARIOS ?= $(CI_SCENARIOS)
 GATE := tests/gate.sh
 
 .PHONY: help venv collection lab-setup lab-images lab-vllm lab-up lab-down lab-status demo test lint yamllint \
-        ansible-lint sanity units test-tags test-tags-lab integration molecule molecule-faults molecule-runbooks molecule-all build docs bench-cluster bench-serving bench-edge clean
+        ansible-lint sanity units compat test-tags test-tags-lab integration molecule molecule-faults molecule-runbooks molecule-all build docs bench-cluster bench-serving bench-edge clean
 
 help:
 	@sed -n '1,4p' Makefile
@@ -76,6 +76,7 @@ test:
 	$(GATE) sanity $(MAKE) --no-print-directory sanity
 	$(GATE) build $(MAKE) --no-print-directory build
 	$(GATE) units $(MAKE) --no-print-directory units
+	$(GATE) compat $(MAKE) --no-print-directory compat
 	$(GATE) integration $(MAKE) --no-print-directory integration
 	$(GATE) molecule $(MAKE) --no-print-directory molecule
 	@printf '\n=== gate durations\n'; cat .cache/gates.tsv
@@ -114,6 +115,13 @@ build: collection
 
 units: collection
 	pytest -q -n 2 tests/unit
+
+# Every vLLM version a shipped inventory or the lab names, checked against that version's own published
+# sources (fetched from the package index once, sha256-checked, cached in $LAB_CACHE/compat, read with
+# ast: no GPU, nothing of vLLM imported); then every shipped inventory's rendered engine config parsed
+# by its own version's `vllm serve` parser (tests/compat/parse_rendered.sh).
+compat: collection
+	python tests/compat/vllm_compat.py
 
 # Every <role> and <role>_<phase> tag of site.yml alone (one ansible-playbook --list-tasks each, no host
 # contacted): each lists its role's skip decision and preflight. The units check the same per phase.
