@@ -119,9 +119,11 @@ units: collection
 # Every vLLM version a shipped inventory or the lab names, checked against that version's own published
 # sources (fetched from the package index once, sha256-checked, cached in $LAB_CACHE/compat, read with
 # ast: no GPU, nothing of vLLM imported); then every shipped inventory's rendered engine config parsed
-# by its own version's `vllm serve` parser (tests/compat/parse_rendered.sh).
-compat: collection
+# by its own version's `vllm serve` parser, run from that version's sources on the lab venv
+# (tests/compat/parse_rendered.py).
+compat: collection lab-vllm
 	python tests/compat/vllm_compat.py
+	python tests/compat/parse_rendered.py
 
 # Every <role> and <role>_<phase> tag of site.yml alone (one ansible-playbook --list-tasks each, no host
 # contacted): each lists its role's skip decision and preflight. The units check the same per phase.

@@ -5,6 +5,7 @@
 
   dspark_patch_errors(patches, remote, active_release, method) -> [message, ...] (empty when valid)
   dspark_patch_list(patches, patch_dir)                         -> [{name, file} | {name, commit}, ...]
+  dspark_cuda_arch_list(explicit, capabilities)                 -> TORCH_CUDA_ARCH_LIST ("12.1a", "9.0a;12.1a")
 """
 
 from __future__ import annotations
@@ -119,12 +120,33 @@ def dspark_release_state(stdout):
     return {"link": "\n".join(lines[:at_releases]).strip(), "releases": releases, "record": parsed}
 
 
+ARCH_RE = re.compile(r"^([0-9]{1,2})\.([0-9])([af]?)$")
+
+
+def dspark_cuda_arch_list(explicit, capabilities):
+    """TORCH_CUDA_ARCH_LIST for a CUDA source build: `explicit` when set, else the GPUs' compute
+    capabilities with the arch-specific suffix on 9.x and later ("12.1" -> "12.1a"), as vLLM's own
+    arch-specific kernel lists (CMakeLists.txt: "9.0a", "12.0a;12.1a") and FlashInfer's JIT
+    (its compilation context turns 12.1 into 12.1a) name them. Sorted, each once, ';'-separated."""
+    if explicit:
+        return str(explicit)
+    out = []
+    for cap in capabilities or []:
+        m = ARCH_RE.match(str(cap).strip())
+        if not m:
+            raise AnsibleFilterError("dspark_cuda_arch_list: '%s' is not a compute capability such as 9.0 or 12.1" % cap)
+        major, minor, suffix = int(m.group(1)), m.group(2), m.group(3)
+        arch = "%d.%s%s" % (major, minor, suffix or ("a" if major >= 9 else ""))
+        if arch not in out:
+            out.append(arch)
+    return ";".join(sorted(out, key=lambda a: (int(a.split(".")[0]), a.split(".")[1])))
+
+
 class FilterModule(object):
     """dspark_build filters."""
 
     def filters(self):
-        return {
-            "dspark_patch_errors": dspark_patch_errors,
-            "dspark_patch_list": dspark_patch_list,
-            "dspark_release_state": dspark_release_state,
-        }
+        return {"dspark_cuda_arch_list": dspark_cuda_arch_list,
+                "dspark_patch_errors": dspark_patch_errors,
+                "dspark_patch_list": dspark_patch_list,
+                "dspark_release_state": dspark_release_state}

@@ -5,6 +5,8 @@
 
   vllm_risky_switches(environment, args, table, allowed) -> [message, ...]
       one message per risky vLLM switch that is on and not listed in allowed
+  vllm_adaptive_verification_errors(speculative, model, capabilities, table) -> [message, ...]
+      adaptive verification asked for on GPUs whose attention backend cannot trim on device
 
 Only Python's standard library.
 """
@@ -68,8 +70,47 @@ def vllm_risky_switches(environment, args, table, allowed=None):
     return errors
 
 
+def _major(capability):
+    text = str(capability).strip()
+    head = text.split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def vllm_adaptive_verification_errors(speculative, model, capabilities, table):
+    """Why adaptive verification cannot run on these GPUs with this model (empty list: it can, or unknown).
+
+    speculative: vllm_service_speculative; model: vllm_service_model (tokenizer_mode names the family).
+    capabilities: the nodes' compute capabilities ("9.0", "12.1"; empty: not known, nothing refused).
+    table: {family: {tokenizer_modes: [...], methods: [...], capability_majors: [...], backend: text,
+    needs: text}} (vllm_service__adaptive_verification): models that hard-wire an attention backend
+    which trims verification requests on device only on those CUDA capability majors.
+    """
+    speculative = speculative or {}
+    if not _is_on(speculative.get("enable_adaptive_verification", False)):
+        return []
+    model = model or {}
+    errors = []
+    for family in sorted(table or {}):
+        spec = table[family]
+        if (model.get("tokenizer_mode") not in (spec.get("tokenizer_modes") or [])
+                and speculative.get("method") not in (spec.get("methods") or [])):
+            continue
+        majors = [int(m) for m in spec.get("capability_majors") or []]
+        bad = sorted({str(c) for c in capabilities or [] if _major(c) not in majors})
+        if bad:
+            errors.append(
+                "vllm_service_speculative.enable_adaptive_verification is true, but %s models use the %s "
+                "attention backend, which trims verification requests on device only on compute capability "
+                "%s.x (%s); these nodes are %s (nvidia_driver_compute_capabilities), where vLLM refuses to "
+                "start. Set enable_adaptive_verification: false."
+                % (family, spec.get("backend", "its own"), ".x or ".join(str(m) for m in majors),
+                   spec.get("needs", ""), ", ".join(bad)))
+    return errors
+
+
 class FilterModule(object):
     """vllm_service validation filters."""
 
     def filters(self):
-        return {"vllm_risky_switches": vllm_risky_switches}
+        return {"vllm_risky_switches": vllm_risky_switches,
+                "vllm_adaptive_verification_errors": vllm_adaptive_verification_errors}

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Check every vLLM version a shipped inventory names against that version's own published sources.
 
 For each inventory under inventories/ (the lab's too), the vLLM version its vllm nodes install is read
@@ -59,8 +58,10 @@ def role_defaults(role):
 
 
 def inventory_hosts(name):
-    """{host: vars} for the inventory's vllm nodes, merged the way Ansible merges them."""
-    out = subprocess.run([str(pathlib.Path(sys.executable).parent / "ansible-inventory"), "-i", str(ROOT / "inventories" / name), "--list"],
+    """{host: vars} for the inventory's vllm nodes (a name under inventories/, or a directory), merged
+    the way Ansible merges them."""
+    path = name if isinstance(name, pathlib.Path) else ROOT / "inventories" / name
+    out = subprocess.run([str(pathlib.Path(sys.executable).parent / "ansible-inventory"), "-i", str(path), "--list"],
                          check=True, capture_output=True, text=True, cwd=ROOT).stdout
     data = json.loads(out)
     hostvars = data.get("_meta", {}).get("hostvars", {})

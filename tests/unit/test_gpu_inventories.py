@@ -166,7 +166,7 @@ def test_every_role_spec_and_preflight_pass(inventory, tmp_path):
     if inventory.startswith("dgx_spark"):
         # No GPU to ask here: the Sparks' source build gets its arch list instead of cuda_check's.
         # (and the cores and memory MAX_JOBS is derived from, else the role would gather this machine's).
-        extra.update(cluster_has_gpu=False, dspark_build_torch_cuda_arch_list="12.1",
+        extra.update(cluster_has_gpu=False, dspark_build_torch_cuda_arch_list="12.1a",
                      ansible_processor_vcpus=20, ansible_memtotal_mb=124000)
     proc = run_inventory_play(inv, PLAY, extra, tmp_path)
     assert proc.returncode == 0, _failures(proc.stdout) + proc.stdout[-3000:] + proc.stderr[-3000:]

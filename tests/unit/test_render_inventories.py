@@ -24,8 +24,11 @@ from ansible_run import inventory_groups, run_inventory_play  # tests/unit
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # A test inventory beside the shipped ones: replicas of different sizes (its hosts.yml says why), with
 # inventories/dgx_spark's group_vars and host_vars (copied beside it once per session).
-MIXED = ROOT / "tests" / "unit" / "fixtures" / "inventories" / "mixed_sizes"
-_MIXED_DIR = []
+FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "inventories"
+MIXED = FIXTURES / "mixed_sizes"
+# The expert-parallel layout of inventories/hgx_h200 (DP8+EP instead of TP8), as its comment gives it.
+HGX_DP_EP = FIXTURES / "hgx_h200_dp_ep"
+_FIXTURE_DIRS = {}
 INVENTORIES = sorted(p.name for p in (ROOT / "inventories").iterdir()
                      if p.is_dir() and (p / "hosts.yml").exists())
 
@@ -149,17 +152,27 @@ def _playbook_urls():
 
 
 def _dir(inventory):
-    """A shipped inventory by name, or the mixed-size test inventory."""
-    if inventory != MIXED.name:
-        return ROOT / "inventories" / inventory
-    if not _MIXED_DIR:
-        work = pathlib.Path(tempfile.mkdtemp(prefix="llmops-mixed-sizes-")) / MIXED.name
+    """A shipped inventory by name, or a test inventory of tests/unit/fixtures/inventories/."""
+    return fixture_inventory(inventory) if (FIXTURES / inventory).is_dir() else ROOT / "inventories" / inventory
+
+
+def fixture_inventory(name):
+    """A test inventory built on a shipped one: its file `base` names the shipped inventory whose
+    hosts.yml, group_vars and host_vars it starts from; its own hosts.yml and group_vars files replace
+    or add to those (copied into a temporary directory once per session)."""
+    if name not in _FIXTURE_DIRS:
+        src = FIXTURES / name
+        base = ROOT / "inventories" / (src / "base").read_text(encoding="utf-8").strip()
+        work = pathlib.Path(tempfile.mkdtemp(prefix="llmops-" + name + "-")) / name
         work.mkdir()
-        shutil.copy(MIXED / "hosts.yml", work / "hosts.yml")
+        shutil.copy(src / "hosts.yml" if (src / "hosts.yml").exists() else base / "hosts.yml", work / "hosts.yml")
         for sub in ("group_vars", "host_vars"):
-            shutil.copytree(ROOT / "inventories" / "dgx_spark" / sub, work / sub)
-        _MIXED_DIR.append(work)
-    return _MIXED_DIR[0]
+            if (base / sub).is_dir():
+                shutil.copytree(base / sub, work / sub)
+            if (src / sub).is_dir():
+                shutil.copytree(src / sub, work / sub, dirs_exist_ok=True)
+        _FIXTURE_DIRS[name] = work
+    return _FIXTURE_DIRS[name]
 
 
 def rendered(inventory, tmp_path_factory):
@@ -302,6 +315,29 @@ def test_dgx_spark_deepseek_v4_model_profile(tmp_path_factory):
         assert cfg["speculative-config"]["num_speculative_tokens"] >= 5
         assert cfg["kv-cache-dtype"] == "fp8_ds_mla" and cfg["block-size"] == 256
         assert cfg["tensor-parallel-size"] == 2
+        # GB10 cannot trim verification requests on device (DeepSeek-V4's indexer backend).
+        assert cfg["speculative-config"]["enable_adaptive_verification"] is False
+        assert cfg["default-chat-template-kwargs"] == {"reasoning_effort": "low"}
+        assert cfg["async-scheduling"] is True and cfg["max-cudagraph-capture-size"] == 48
+        env = _env(files[host]["vllm.env"])
+        assert json.loads(env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"]) == "1800"
+        assert json.loads(env["PYTORCH_CUDA_ALLOC_CONF"]) == "expandable_segments:True"
+        # The engine cores are waited for as long as the role waits (no checkpoint here: the floor).
+        assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == "600"
+
+
+@pytest.mark.parametrize("inventory, layout", [
+    ("hgx_h200", {"tensor-parallel-size": 8, "data-parallel-size": None, "enable-expert-parallel": None}),
+    (HGX_DP_EP.name, {"tensor-parallel-size": 1, "data-parallel-size": 8, "enable-expert-parallel": True}),
+])
+def test_hgx_h200_layouts_tp8_and_dp8_ep(inventory, layout, tmp_path_factory):
+    files = rendered(inventory, tmp_path_factory)
+    for host in ("h200-1", "h200-2"):
+        cfg = yaml.safe_load(files[host]["config.yaml"])
+        assert {k: cfg.get(k) for k in layout} == layout, cfg
+        assert cfg["speculative-config"]["enable_adaptive_verification"] is True  # Hopper with DeepGEMM
+        assert cfg["default-chat-template-kwargs"] == {"reasoning_effort": "low"}
+        assert "nnodes" not in cfg
 
 
 def test_dgx_spark_single_stages_the_draft_model(tmp_path_factory):

@@ -81,3 +81,37 @@ def test_release_state_without_link_releases_or_record():
 def test_release_state_refuses_output_without_its_sections(text):
     with pytest.raises(Exception):
         db.dspark_release_state(text)
+
+
+# TORCH_CUDA_ARCH_LIST from the GPUs' compute capabilities: the arch-specific suffix on 9.x and
+# later, every capability once, sorted; an explicit list wins as given.
+@pytest.mark.parametrize("caps, want", [
+    (["12.1"], "12.1a"),
+    (["9.0"], "9.0a"),
+    (["10.0"], "10.0a"),
+    (["8.6"], "8.6"),
+    (["8.0", "8.0"], "8.0"),
+    (["12.1", "9.0", "12.1"], "9.0a;12.1a"),
+    (["12.0f"], "12.0f"),
+    (["12.1a"], "12.1a"),
+    ([], ""),
+])
+def test_cuda_arch_list_from_capabilities(caps, want):
+    assert db.dspark_cuda_arch_list("", caps) == want
+
+
+@pytest.mark.parametrize("major", range(7, 13))
+@pytest.mark.parametrize("minor", range(0, 10))
+def test_cuda_arch_list_every_capability(major, minor):
+    out = db.dspark_cuda_arch_list("", ["%d.%d" % (major, minor)])
+    assert out == "%d.%d%s" % (major, minor, "a" if major >= 9 else "")
+
+
+def test_explicit_cuda_arch_list_wins():
+    assert db.dspark_cuda_arch_list("12.1", ["9.0"]) == "12.1"
+
+
+@pytest.mark.parametrize("bad", ["sm_121", "12", "12.1;9.0", "12.1b", "", " ", "121"])
+def test_cuda_arch_list_refuses_what_is_not_a_capability(bad):
+    with pytest.raises(db.AnsibleFilterError, match="not a compute capability"):
+        db.dspark_cuda_arch_list("", [bad])

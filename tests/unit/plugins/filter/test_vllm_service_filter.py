@@ -84,4 +84,48 @@ def test_unknown_override_is_reported():
 
 
 def test_registered():
-    assert vs.FilterModule().filters() == {"vllm_risky_switches": vs.vllm_risky_switches}
+    assert vs.FilterModule().filters() == {"vllm_risky_switches": vs.vllm_risky_switches,
+                                           "vllm_adaptive_verification_errors": vs.vllm_adaptive_verification_errors}
+
+
+with open(os.path.join(_ROOT, "roles", "vllm_service", "vars", "main.yml"), encoding="utf-8") as fh:
+    AV_TABLE = yaml.safe_load(fh)["vllm_service__adaptive_verification"]
+DSV4_MODELS = [({"tokenizer_mode": "deepseek_v4"}, {"method": "mtp"}), ({}, {"method": "dspark"}),
+               ({"tokenizer_mode": "deepseek_v4"}, {"method": "dspark"})]
+
+
+def av(model, speculative, caps):
+    return vs.vllm_adaptive_verification_errors(speculative, model, caps, AV_TABLE)
+
+
+# Every capability major.minor a node may report, for every way the profile names DeepSeek-V4:
+# refused exactly off 9.x/10.x (DeepseekV4IndexerBackend), with the reason and the way out.
+@pytest.mark.parametrize("model, speculative", DSV4_MODELS)
+@pytest.mark.parametrize("cap", ["%d.%d" % (major, minor) for major in range(7, 13) for minor in (0, 1, 3, 7, 9)])
+def test_adaptive_verification_refused_exactly_off_hopper_and_datacenter_blackwell(model, speculative, cap):
+    errors = av(model, dict(speculative, enable_adaptive_verification=True), [cap])
+    if cap.split(".")[0] in ("9", "10"):
+        assert errors == []
+    else:
+        assert len(errors) == 1, errors
+        assert cap in errors[0] and "DEEPSEEK_V4_INDEXER" in errors[0] and "enable_adaptive_verification: false" in errors[0]
+
+
+@pytest.mark.parametrize("on", [True, "true", "yes", 1])
+def test_adaptive_verification_on_gb10_is_refused_whatever_the_spelling(on):
+    assert av({"tokenizer_mode": "deepseek_v4"}, {"method": "dspark", "enable_adaptive_verification": on}, ["12.1"])
+
+
+@pytest.mark.parametrize("off", [False, "false", "no", 0, None, ""])
+def test_adaptive_verification_off_is_never_refused(off):
+    assert av({"tokenizer_mode": "deepseek_v4"}, {"method": "dspark", "enable_adaptive_verification": off}, ["12.1"]) == []
+
+
+def test_mixed_nodes_name_the_ones_that_cannot():
+    errors = av({}, {"method": "dspark", "enable_adaptive_verification": True}, ["9.0", "12.1"])
+    assert len(errors) == 1 and "12.1" in errors[0] and "9.0," not in errors[0]
+
+
+def test_other_models_and_unknown_gpus_are_not_refused():
+    assert av({"tokenizer_mode": "auto"}, {"method": "eagle3", "enable_adaptive_verification": True}, ["12.1"]) == []
+    assert av({"tokenizer_mode": "deepseek_v4"}, {"method": "dspark", "enable_adaptive_verification": True}, []) == []
