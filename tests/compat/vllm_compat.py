@@ -444,11 +444,62 @@ def inventory_errors(inv, version_label, host, hv, facts, src):
     return errors
 
 
+# dspark_build's pins of vLLM's own CUDA requirements: they must be the version's own, or pip refuses
+# the install (the vllm wheel's metadata pins them exactly).
+BUILD_PINS = {"dspark_build_torch_version": "torch", "dspark_build_flashinfer_version": "flashinfer-python"}
+
+
+def cuda_pins(src):
+    """{distribution: version} of the == pins in the version's requirements/cuda.txt."""
+    path = src.root / "requirements" / "cuda.txt"
+    out = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        m = re.match(r"^\s*([A-Za-z0-9_.-]+)(?:\[[^]]*\])?\s*==\s*([0-9][^\s;#]*)", line)
+        if m:
+            out[m.group(1).lower()] = m.group(2)
+    return out
+
+
+def pin_errors(label, hv, dspark_defaults, pins):
+    """dspark_build's torch/flashinfer pins that are not the version's own (CUDA installs only)."""
+    get = lambda k: hv.get(k, dspark_defaults.get(k))  # noqa: E731 - a lookup, named once
+    if get("dspark_build_target_device") != "cuda" and get("dspark_build_method") != "wheel":
+        return []
+    errors = []
+    for var, dist in BUILD_PINS.items():
+        have, want = str(get(var) or ""), pins.get(dist)
+        if have and want and have != want:
+            errors.append(f"{label}: {var} is {have}; this vLLM's requirements/cuda.txt pins {dist}=={want}")
+    return errors
+
+
+def index_notes(pins, dists=("flashinfer-python", "torch")):
+    """Which of the version's exact pins the package index does not publish (printed, not failed:
+    the cluster installs from its own index or mirror, which the role's preflight resolves)."""
+    notes = []
+    for dist in dists:
+        if dist not in pins:
+            continue
+        try:
+            req = urllib.request.Request(f"{index_url()}/{dist}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                versions = json.load(resp).get("versions", [])
+        except OSError as exc:
+            notes.append(f"{dist}=={pins[dist]}: the index {index_url()} could not be read ({exc})")
+            continue
+        if pins[dist] not in versions:
+            near = [v for v in versions if v.split(".")[:2] == pins[dist].split(".")[:2] and v[-1].isdigit() and "rc" not in v]
+            notes.append(f"{dist}=={pins[dist]} is not on {index_url()} (it has {', '.join(near) or 'no ' + pins[dist][:3] + '.x'}): "
+                         "install from an index or mirror that has it (dspark_build_pip_index_url, _extra_index_urls, _find_links)")
+    return notes
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--inventory", action="append", help="only these inventories (default: every one)")
     ap.add_argument("--offline", action="store_true", help="use only the cached sources")
     args = ap.parse_args(argv)
+    notes = []
     invs = args.inventory or sorted(p.name for p in (ROOT / "inventories").iterdir() if (p / "hosts.yml").exists())
     dspark_defaults = role_defaults("dspark_build")
     versions = {}
@@ -468,13 +519,19 @@ def main(argv=None):
         facts = version_facts(src)
         label = f"{dist} {version}"
         errs = role_errors(f"vllm_service role, {label}", facts, src)
+        pins = cuda_pins(src)
         for inv, host, hv in users:
             errs += inventory_errors(inv, label, host, hv, facts, src)
+            errs += pin_errors(f"inventory {inv} ({host}), vLLM {label}", hv, dspark_defaults, pins)
+        if dist == "vllm" and not args.offline:
+            notes += [f"{label}: {n}" for n in index_notes(pins)]
         counts[label] = {k: len(v) for k, v in facts.items() if isinstance(v, set)}
         print(f"{label}: {len(facts['flags'])} flags, {len(facts['spec_fields'])} speculative fields, "
               f"{len(facts['spec_methods'])} methods, {len(facts['env'])} env variables; "
               f"inventories {sorted({u[0] for u in users})}: {len(errs)} mismatches")
         errors += errs
+    for n in notes:
+        print(f"INDEX {n}")
     for e in dict.fromkeys(errors):
         print(f"MISMATCH {e}")
     return 1 if errors else 0

@@ -106,3 +106,28 @@ def test_the_version_an_inventory_installs(hv, want):
 def test_an_unpinned_version_is_refused(hv):
     dv, err = vc.vllm_version(hv, {})
     assert dv is None and err
+
+
+CUDA_TXT = "torch==2.14.0\nflashinfer-python==0.7.3\nnvidia-cutlass-dsl[cu13]==4.8.0\nnumba == 0.65.0 # why\n"
+
+
+def test_cuda_pins_are_read_from_the_versions_requirements(tmp_path):
+    (tmp_path / "requirements").mkdir()
+    (tmp_path / "requirements" / "cuda.txt").write_text(CUDA_TXT)
+    assert vc.cuda_pins(vc.Source(tmp_path)) == {"torch": "2.14.0", "flashinfer-python": "0.7.3",
+                                                 "nvidia-cutlass-dsl": "4.8.0", "numba": "0.65.0"}
+
+
+@pytest.mark.parametrize("hv, bad", [
+    ({"dspark_build_target_device": "cuda", "dspark_build_flashinfer_version": "0.7.4"}, ["dspark_build_flashinfer_version"]),
+    ({"dspark_build_method": "wheel", "dspark_build_torch_version": "2.13.0"}, ["dspark_build_torch_version"]),
+    ({"dspark_build_target_device": "cuda"}, []),
+    ({"dspark_build_target_device": "cuda", "dspark_build_flashinfer_version": ""}, []),
+    ({"dspark_build_target_device": "cpu", "dspark_build_method": "source", "dspark_build_torch_version": "2.13.0"}, []),
+])
+def test_build_pins_must_be_the_versions_own(hv, bad):
+    defaults = {"dspark_build_method": "source", "dspark_build_torch_version": "2.14.0",
+                "dspark_build_flashinfer_version": "0.7.3"}
+    pins = {"torch": "2.14.0", "flashinfer-python": "0.7.3"}
+    errors = vc.pin_errors("inv", hv, defaults, pins)
+    assert [e.split(":")[1].split()[0] for e in errors] == bad, errors
