@@ -154,7 +154,7 @@ def main(argv=None):
                 jobs[dv].append((f"{inv} {host}", cfg))
         checked = 0
         for (dist, version), items in sorted(jobs.items()):
-            results = validate_all([p for _, p in items], parser_env(dist, version, args.offline))
+            results = validate_all([item[1] for item in items], parser_env(dist, version, args.offline))
             for label, path in items:
                 rc, last = results[str(path)]
                 if label == "not-a-flag":

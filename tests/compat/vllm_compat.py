@@ -83,7 +83,9 @@ def group_hosts(data, group, seen=None):
 
 def vllm_version(hvars, dspark_defaults):
     """(distribution, version) the dspark_build role installs for these variables, or an error."""
-    get = lambda k: hvars.get(k, dspark_defaults.get(k))  # noqa: E731 - a lookup, named once
+    def get(key):
+        return hvars.get(key, dspark_defaults.get(key))
+
     method = get("dspark_build_method")
     if method == "wheel":
         pins = [m.groups() for p in get("dspark_build_wheel_packages") or [] for m in [PIN.fullmatch(str(p))] if m]
@@ -408,9 +410,9 @@ def role_errors(label, facts, src):
 def inventory_errors(inv, version_label, host, hv, facts, src):
     label = f"inventory {inv} ({host}), vLLM {version_label}"
     errors = []
-    sections = {s: hv.get(s) or {} for s in ("vllm_service_model", "vllm_service_engine", "vllm_service_scheduler",
-                                              "vllm_service_distributed", "vllm_service_api", "vllm_service_extra_args",
-                                              "vllm_service_speculative", "vllm_service_environment")}
+    names = ("vllm_service_model", "vllm_service_engine", "vllm_service_scheduler", "vllm_service_distributed",
+             "vllm_service_api", "vllm_service_extra_args", "vllm_service_speculative", "vllm_service_environment")
+    sections = {s: hv.get(s) or {} for s in names}
     for section, values in sections.items():
         if not isinstance(values, dict):
             continue
@@ -462,7 +464,9 @@ def cuda_pins(src):
 
 def pin_errors(label, hv, dspark_defaults, pins):
     """dspark_build's torch/flashinfer pins that are not the version's own (CUDA installs only)."""
-    get = lambda k: hv.get(k, dspark_defaults.get(k))  # noqa: E731 - a lookup, named once
+    def get(key):
+        return hv.get(key, dspark_defaults.get(key))
+
     if get("dspark_build_target_device") != "cuda" and get("dspark_build_method") != "wheel":
         return []
     errors = []
@@ -512,7 +516,7 @@ def main(argv=None):
                 errors.append(f"inventory {inv} ({host}): {err}")
                 continue
             versions.setdefault(dv, []).append((inv, host, hv))
-    default_version, _ = vllm_version({}, dspark_defaults)
+    default_version = vllm_version({}, dspark_defaults)[0]
     versions.setdefault(default_version, [])
     for (dist, version), users in sorted(versions.items()):
         src = Source(fetch(dist, version, args.offline))

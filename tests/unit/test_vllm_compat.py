@@ -69,7 +69,7 @@ def test_an_import_that_does_not_resolve_is_named(tmp_path):
 
 @pytest.mark.parametrize("missing", ["max_num_seqs", "gpu_memory_utilization", "async_scheduling"])
 def test_every_allowed_flag_is_looked_up(tmp_path, missing):
-    allowed, _ = vc.role_allowed()
+    allowed = vc.role_allowed()[0]
     flags = {k for section, keys in allowed.items() if section != "vllm_service_speculative" for k in keys}
     src = tree(tmp_path, flags=sorted(flags - {missing} | {"model", "served_model_name", "nnodes", "node_rank",
                                                            "master_addr", "master_port", "headless"}))
@@ -79,7 +79,7 @@ def test_every_allowed_flag_is_looked_up(tmp_path, missing):
 
 
 def test_a_speculative_method_the_version_dropped_is_named(tmp_path):
-    _, methods = vc.role_allowed()
+    methods = vc.role_allowed()[1]
     src = tree(tmp_path, methods=[m for m in methods if m != "eagle3"])
     errors = vc.role_errors("v", vc.version_facts(src), src)
     assert any("speculative method eagle3" in e for e in errors), errors
