@@ -125,9 +125,10 @@ ARCH_RE = re.compile(r"^([0-9]{1,2})\.([0-9])([af]?)$")
 
 def dspark_cuda_arch_list(explicit, capabilities):
     """TORCH_CUDA_ARCH_LIST for a CUDA source build: `explicit` when set, else the GPUs' compute
-    capabilities with the arch-specific suffix on 9.x and later ("12.1" -> "12.1a"), as vLLM's own
-    arch-specific kernel lists (CMakeLists.txt: "9.0a", "12.0a;12.1a") and FlashInfer's JIT
-    (its compilation context turns 12.1 into 12.1a) name them. Sorted, each once, ';'-separated."""
+    capabilities, 12.x with the arch-specific suffix ("12.1" -> "12.1a"), as the public GB10 builds
+    set it and FlashInfer's JIT names it (its compilation context turns 12.1 into 12.1a); 9.x and
+    10.x as they are, as vLLM's own CUDA wheels build them (its arch-specific kernel lists add the
+    suffix themselves: CMakeLists.txt "9.0a", "10.0f"). Sorted, each once, ';'-separated."""
     if explicit:
         return str(explicit)
     out = []
@@ -136,7 +137,7 @@ def dspark_cuda_arch_list(explicit, capabilities):
         if not m:
             raise AnsibleFilterError("dspark_cuda_arch_list: '%s' is not a compute capability such as 9.0 or 12.1" % cap)
         major, minor, suffix = int(m.group(1)), m.group(2), m.group(3)
-        arch = "%d.%s%s" % (major, minor, suffix or ("a" if major >= 9 else ""))
+        arch = "%d.%s%s" % (major, minor, suffix or ("a" if major == 12 else ""))
         if arch not in out:
             out.append(arch)
     return ";".join(sorted(out, key=lambda a: (int(a.split(".")[0]), a.split(".")[1])))

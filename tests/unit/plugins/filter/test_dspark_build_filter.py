@@ -83,15 +83,15 @@ def test_release_state_refuses_output_without_its_sections(text):
         db.dspark_release_state(text)
 
 
-# TORCH_CUDA_ARCH_LIST from the GPUs' compute capabilities: the arch-specific suffix on 9.x and
-# later, every capability once, sorted; an explicit list wins as given.
+# TORCH_CUDA_ARCH_LIST from the GPUs' compute capabilities: the arch-specific suffix on 12.x, every
+# capability once, sorted; an explicit list wins as given.
 @pytest.mark.parametrize("caps, want", [
     (["12.1"], "12.1a"),
-    (["9.0"], "9.0a"),
-    (["10.0"], "10.0a"),
+    (["9.0"], "9.0"),
+    (["10.0"], "10.0"),
     (["8.6"], "8.6"),
     (["8.0", "8.0"], "8.0"),
-    (["12.1", "9.0", "12.1"], "9.0a;12.1a"),
+    (["12.1", "9.0", "12.1"], "9.0;12.1a"),
     (["12.0f"], "12.0f"),
     (["12.1a"], "12.1a"),
     ([], ""),
@@ -104,7 +104,7 @@ def test_cuda_arch_list_from_capabilities(caps, want):
 @pytest.mark.parametrize("minor", range(0, 10))
 def test_cuda_arch_list_every_capability(major, minor):
     out = db.dspark_cuda_arch_list("", ["%d.%d" % (major, minor)])
-    assert out == "%d.%d%s" % (major, minor, "a" if major >= 9 else "")
+    assert out == "%d.%d%s" % (major, minor, "a" if major == 12 else "")
 
 
 def test_explicit_cuda_arch_list_wins():
