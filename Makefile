@@ -134,8 +134,10 @@ test-tags: collection
 test-tags-lab: collection
 	LLMOPS_TAGS_LAB=1 pytest -q --durations=5 tests/unit/test_role_tags.py -k on_the_lab
 
-# docs/variables.md is generated from the roles' argument specs (a unit test checks it is current).
-docs: venv
+# Each option's "Syntax:" line in the roles' argument specs (from plugins/plugin_utils/_syntax_table.py), then
+# docs/variables.md from the specs (a unit test checks both are current).
+docs: collection
+	python tests/docs/spec_syntax.py
 	python tests/docs/gen_variables.py
 
 integration: collection

@@ -44,6 +44,44 @@ def systemd_dropin_files(units, name, template, present=True):
     return out
 
 
+RESTART_DROPIN = """# Managed by llmops.vllm_cluster (Ansible); a change here is overwritten.
+# %(unit)s restarts itself when it fails, at most %(burst)d starts in %(interval)d s; past that systemd leaves
+# it failed (an alert fires) instead of looping. A change here needs only a systemd reload, no restart.
+[Unit]
+StartLimitIntervalSec=%(interval)d
+StartLimitBurst=%(burst)d
+
+[Service]
+Restart=%(restart)s
+RestartSec=%(sec)d
+"""
+
+
+def systemd_restart_files(units, restart_sec=2, burst=5, interval=60, restart="on-failure", name="llmops-restart.conf",
+                          key_prefix=""):
+    """file_set entries for a drop-in per unit that makes it restart itself, with a bounded start limit."""
+    try:
+        numbers = dict(sec=int(restart_sec), burst=int(burst), interval=int(interval))
+    except (TypeError, ValueError):
+        raise AnsibleFilterError("systemd_restart_files: restart_sec, burst and interval must be integers, got %r"
+                                 % ((restart_sec, burst, interval),))
+    if numbers["sec"] < 0 or numbers["burst"] < 1 or numbers["interval"] < 1:
+        raise AnsibleFilterError("systemd_restart_files: restart_sec >= 0, burst >= 1, interval >= 1 (got %r)"
+                                 % ((restart_sec, burst, interval),))
+    if restart not in ("on-failure", "on-abnormal", "always"):
+        raise AnsibleFilterError("systemd_restart_files: restart must be on-failure, on-abnormal or always, got %r"
+                                 % (restart,))
+    out = []
+    for entry in systemd_dropin_files(units, name, "unused", True):
+        if "template" in entry:
+            del entry["template"]
+            del entry["vars"]
+            entry["content"] = RESTART_DROPIN % dict(numbers, unit=entry["key"], restart=restart)
+            entry["key"] = key_prefix + entry["key"]
+        out.append(entry)
+    return out
+
+
 def file_set_directories(paths, owner="root", group="root", mode="0755"):
     """file_set entries creating each directory of PATHS (absolute, no '..' segment)."""
     if not isinstance(paths, list):
@@ -58,4 +96,5 @@ def file_set_directories(paths, owner="root", group="root", mode="0755"):
 
 class FilterModule(object):
     def filters(self):
-        return {"systemd_dropin_files": systemd_dropin_files, "file_set_directories": file_set_directories}
+        return {"systemd_dropin_files": systemd_dropin_files, "systemd_restart_files": systemd_restart_files,
+                "file_set_directories": file_set_directories}

@@ -100,7 +100,11 @@ def render():
         "",
         "Generated from each role's `meta/argument_specs.yml` by `tests/docs/gen_variables.py`; do not",
         "edit by hand. Ansible validates these types and choices before a role changes anything: a bad",
-        "value fails with the variable's name and the valid values.",
+        "value fails with the variable's name and the valid values. Then the first task of every role,",
+        "`llmops.vllm_cluster.syntax_check`, checks every value (down to list items and mapping keys)",
+        "against its syntax class, stated as the description's last sentence (\"Syntax: ...\"): every",
+        "refused value is reported at once, with its full path, its class and a valid example, before any",
+        "task touches a host (check mode too). A secret's value is never shown.",
         "",
     ]
     for role in roles:

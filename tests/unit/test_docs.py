@@ -12,6 +12,12 @@ def test_variables_reference_is_current():
     assert proc.returncode == 0, proc.stderr
 
 
+def test_every_option_states_its_syntax_class():
+    proc = subprocess.run([sys.executable, str(ROOT / "tests/docs/spec_syntax.py"), "--check"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_every_role_has_a_typed_spec_and_a_doc():
     for role in sorted((ROOT / "roles").iterdir()):
         assert (role / "meta" / "argument_specs.yml").is_file(), role.name

@@ -201,7 +201,8 @@ def test_bad_input_fails_before_any_change_naming_the_variable(mon, lab_groups):
     res = _converge({"monitoring_scrape_interval": "fast"}, lab_groups["monitoring"][0])
     out = res.stdout + res.stderr
     assert res.returncode != 0
-    assert "monitoring_scrape_interval='fast' is not a Prometheus duration" in out, out[-3000:]
+    # the syntax check, first task of the preflight, names the variable and its class
+    assert "monitoring_scrape_interval: 'fast' must be a Prometheus duration" in out, out[-3000:]
     res = _converge({"monitoring_prometheus_install_method": "zip"}, lab_groups["monitoring"][0])
     out = res.stdout + res.stderr
     assert res.returncode != 0

@@ -60,12 +60,18 @@ def _snapshot(h):
 
 def test_invalid_data_is_rejected_before_any_change(host_a, run_role):
     before = _snapshot(host_a)
+    # An address that is no address: refused by its syntax class, the preflight's first task.
     rc, out = run_role("network-a", {"network_interfaces": [
-        {"name": "eth1", "role": "fabric", "addresses": ["192.168.77.300/24"], "gateway": "10.1.1.1"},
+        {"name": "eth1", "role": "fabric", "addresses": ["192.168.77.300/24"]}]})
+    assert rc != 0
+    assert "network_interfaces[0].addresses[0]: '192.168.77.300/24' must be an interface address" in out, out[-3000:]
+    assert _snapshot(host_a) == before
+    # Well-formed values the role's own checks refuse, all reported at once.
+    rc, out = run_role("network-a", {"network_interfaces": [
+        {"name": "eth1", "role": "fabric", "addresses": ["192.168.77.30/24"], "gateway": "10.1.1.1"},
         {"name": "enp9s0", "addresses": ["10.2.0.1/24"]}]})
     assert rc != 0
     assert "invalid network data for network-a, nothing was changed" in out
-    assert "network_interfaces[0] (eth1).addresses on network-a: invalid address '192.168.77.300/24'" in out
     assert "network_interfaces[0] (eth1).gateway on network-a: gateway 10.1.1.1 is outside" in out
     assert "network_interfaces[1] (enp9s0) on network-a: the host has no interface 'enp9s0'" in out
     assert _snapshot(host_a) == before

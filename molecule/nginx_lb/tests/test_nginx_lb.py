@@ -90,8 +90,9 @@ def test_a_stopped_replica_is_skipped(lb, lab_host, backend_ips):
 def test_a_rejected_config_leaves_nginx_serving(lab_host, lb, run_converge):
     lb1 = lab_host("nginx-lb-lb1")
     before = lb1.file("/etc/nginx/conf.d/llmops-vllm.conf").sha256sum
-    rc, out = run_converge({"nginx_lb_client_max_body_size": "16zz"})
-    assert rc != 0 and "nginx -t rejected" in out and "client_max_body_size" in out, out[-3000:]
+    # Every value passes its syntax class and the preflight; only nginx itself sees the duplicate.
+    rc, out = run_converge({"nginx_lb_allowed_paths": ["/v1/", "/v1/"]})
+    assert rc != 0 and "nginx -t rejected" in out and "duplicate location" in out, out[-3000:]
     assert lb1.file("/etc/nginx/conf.d/llmops-vllm.conf").sha256sum == before
     assert lb.request("POST", "/v1/completions", COMPLETION)[0] == 200
 
