@@ -24,7 +24,8 @@ description:
   - Runs on the controller only; it reads nothing from the host and changes nothing. Each role of
     the collection runs it as the first task of its preflight, so a bad value stops the role before
     any task touches a host.
-author: llmops.vllm_cluster developers
+author:
+  - llmops.vllm_cluster developers (@llmops)
 options:
   role:
     description: The role of this collection whose variables are checked.
@@ -33,10 +34,14 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Checks the same way in check mode; it never changes anything.
   diff_mode:
     support: none
+    description: Nothing to show; it changes nothing.
   platform:
+    support: full
     platforms: all
+    description: Runs on the controller only; the host is not contacted.
 '''
 
 EXAMPLES = r'''
@@ -57,5 +62,7 @@ errors:
   type: list
   elements: str
   sample:
-    - "nginx_lb_server_name = 'llm.example; return 200 pwned': must be nginx server names separated by single spaces: host names, *.example, example.* or '_' (for example llm.internal.example)"
+    - >-
+      nginx_lb_server_name: 'llm.example; return 200 pwned' must be nginx server names separated by single
+      spaces: host names, *.example, example.* or '_' (for example llm.internal.example)
 '''

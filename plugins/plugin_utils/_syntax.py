@@ -168,6 +168,16 @@ def _is_secret(v):
     return _re(r'[A-Za-z0-9._~+/=:@%^,-]{1,1024}')(v)
 
 
+def _is_model_ref(v):
+    hub_id = _re(r'[A-Za-z0-9][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9][A-Za-z0-9._-]{0,127})?')
+    return (_is_abs_path(v) or hub_id(v)) and _no_dotdot(v)
+
+
+def _is_server_name(v):
+    one = _re(r'_|\*\.[A-Za-z0-9.-]+|[A-Za-z0-9.-]+\.\*|[A-Za-z0-9_][A-Za-z0-9._-]{0,252}')
+    return len(v) <= 1024 and all(one(n) for n in v.split(' '))
+
+
 def _is_arch_list(v):
     return _re(r'[0-9]+\.[0-9]+[af]?(\+PTX)?([ ;][0-9]+\.[0-9]+[af]?(\+PTX)?)*')(v)
 
@@ -227,8 +237,7 @@ _C = [
     Class('model_name', lambda v: _re(r'[A-Za-z0-9][A-Za-z0-9._:-]{0,127}(/[A-Za-z0-9][A-Za-z0-9._:-]{0,127})?')(v)
           and _no_dotdot(v),
           "a served model name: letters, digits, '.', '_', ':' and '-', optionally ORG/NAME", 'deepseek-v4-flash'),
-    Class('model_ref', lambda v: (_is_abs_path(v) or _re(
-        r'[A-Za-z0-9][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9][A-Za-z0-9._-]{0,127})?')(v)) and _no_dotdot(v),
+    Class('model_ref', _is_model_ref,
           "an absolute path on the node (no '..') or a hub id ORG/NAME", '/var/lib/vllm/models/qwen'),
     Class('hf_repo', _re(r'[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}'),
           "a Hugging Face repository id ORG/NAME", 'deepseek-ai/DeepSeek-V4-Flash'),
@@ -259,9 +268,7 @@ _C = [
           "a Linux interface name (at most 15 characters: letters, digits, '_', '.', ':', '@', '-')", 'enp1s0f1np1'),
     Class('rdma_device', _re(r'[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(:[0-9]{1,2})?'),
           "an RDMA device name, optionally :PORT", 'rocep1s0f1'),
-    Class('server_name', lambda v: all(
-        _re(r'_|\*\.[A-Za-z0-9.-]+|[A-Za-z0-9.-]+\.\*|[A-Za-z0-9_][A-Za-z0-9._-]{0,252}')(n) for n in v.split(' '))
-          and len(v) <= 1024,
+    Class('server_name', _is_server_name,
           "nginx server names separated by single spaces: host names, *.example, example.* or '_'",
           'llm.internal.example', ['llm.example; return 200 pwned']),
     Class('url', _url(('https', 'http', 'file')), "a URL with scheme https, http or file", 'https://mirror.example/deb',
@@ -410,8 +417,10 @@ def describe(ref, choices=None):
         if kind == 'int':
             text = 'an integer in %s..%s' % ('' if lo is None else lo, '' if hi is None else hi)
         else:
-            text = 'a number in %s%s, %s%s' % ('(' if lo_open or lo is None else '[', '-inf' if lo is None else '%g' % lo,
-                                            'inf' if hi is None else '%g' % hi, ')' if hi_open or hi is None else ']')
+            left = '(' if lo_open or lo is None else '['
+            right = ')' if hi_open or hi is None else ']'
+            text = 'a number in %s%s, %s%s' % (left, '-inf' if lo is None else '%g' % lo,
+                                               'inf' if hi is None else '%g' % hi, right)
     elif kind == 'bool':
         text = 'true or false'
     elif kind == 'choice':

@@ -55,7 +55,7 @@ def check_inventory(inventory, work, extra=None, roles=None):
     if example.is_file():
         vault.update(yaml.safe_load(example.read_text(encoding="utf-8")) or {})
     extra = dict(vault, **dict(extra or {}, syntax_out=str(out), ansible_python_interpreter=sys.executable,
-                                 ansible_connection="local", ansible_become=False))
+                               ansible_connection="local", ansible_become=False))
     proc = subprocess.run(["ansible-playbook", "-i", str(inventory), str(play), "-e", json.dumps(extra), "-f", "8"],
                           capture_output=True, text=True, env=ansible_env(), check=False, timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

@@ -93,9 +93,8 @@ def test_reported_examples_stop_the_role_at_its_first_task_in_check_mode(tmp_pat
             "rescue": [{"name": "Record the refusal", "ansible.builtin.set_fact": {
                 "results": "{{ results | default({}) | combine({'%d': {'failed': true, 'task': ansible_failed_task.name, "
                            "'msg': ansible_failed_result.msg | default('')}}) }}" % i}}]})
-    tasks.append({"name": "Write", "ansible.builtin.copy": {"content": "{{ results | to_json }}",
-                                                           "dest": str(tmp_path / "out.json"), "mode": "0600"},
-                  "check_mode": False, "changed_when": False})
+    write = {"content": "{{ results | to_json }}", "dest": str(tmp_path / "out.json"), "mode": "0600"}
+    tasks.append({"name": "Write", "ansible.builtin.copy": write, "check_mode": False, "changed_when": False})
     play = [{"name": "Examples", "hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": tasks}]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False, width=1000), encoding="utf-8")
     proc = subprocess.run(["ansible-playbook", "--check", "-i", "localhost,", str(tmp_path / "play.yml"),

@@ -55,8 +55,7 @@ def _leaves(options, prefix=''):
         typ = spec.get('type', 'str')
         if spec.get('options'):
             sub = path + ('[].' if typ == 'list' else '.')
-            for leaf in _leaves(spec['options'], sub):
-                yield leaf
+            yield from _leaves(spec['options'], sub)
         else:
             yield path, spec
 
