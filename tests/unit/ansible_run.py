@@ -10,18 +10,24 @@ contacted: plays run with a local connection, or on localhost only).
   render_role_templates(work, role, templates, extra)
                                                {template: text}: a role's templates rendered by Ansible
                                                with the role's defaults and constants
+  fixture_inventory(name)                      a test inventory of tests/unit/fixtures/inventories, built on
+                                               the shipped one its file `base` names (once per session)
   applied_roles()                              the roles a user applies (a main entry point); a layer's
                                                component roles and their base take the layer's variables
 """
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "inventories"
+_FIXTURE_DIRS = {}
 
 # Reports the facts it is given, as a real host's setup would: the plays' hosts are never contacted.
 FACTS_MODULE = '''#!/usr/bin/python
@@ -121,3 +127,22 @@ def render_role_templates(work, role, templates, extra=None):
                           capture_output=True, text=True, env=ansible_env(), check=False, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return {name: (work / name).read_text(encoding="utf-8") for name in templates}
+
+
+def fixture_inventory(name):
+    """A test inventory built on a shipped one: its file `base` names the shipped inventory whose
+    hosts.yml, group_vars and host_vars it starts from; its own hosts.yml and group_vars files replace
+    or add to those (copied into a temporary directory once per session)."""
+    if name not in _FIXTURE_DIRS:
+        src = FIXTURES / name
+        base = ROOT / "inventories" / (src / "base").read_text(encoding="utf-8").strip()
+        work = pathlib.Path(tempfile.mkdtemp(prefix="llmops-" + name + "-")) / name
+        work.mkdir()
+        shutil.copy(src / "hosts.yml" if (src / "hosts.yml").exists() else base / "hosts.yml", work / "hosts.yml")
+        for sub in ("group_vars", "host_vars"):
+            if (base / sub).is_dir():
+                shutil.copytree(base / sub, work / sub)
+            if (src / sub).is_dir():
+                shutil.copytree(src / sub, work / sub, dirs_exist_ok=True)
+        _FIXTURE_DIRS[name] = work
+    return _FIXTURE_DIRS[name]

@@ -14,12 +14,11 @@ import pathlib
 import re
 import shutil
 import sys
-import tempfile
 
 import pytest
 import yaml
 
-from ansible_run import inventory_groups, run_inventory_play  # tests/unit
+from ansible_run import fixture_inventory, inventory_groups, run_inventory_play  # tests/unit
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # A test inventory beside the shipped ones: replicas of different sizes (its hosts.yml says why), with
@@ -28,7 +27,6 @@ FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "inventories"
 MIXED = FIXTURES / "mixed_sizes"
 # The expert-parallel layout of inventories/hgx_h200 (DP8+EP instead of TP8), as its comment gives it.
 HGX_DP_EP = FIXTURES / "hgx_h200_dp_ep"
-_FIXTURE_DIRS = {}
 INVENTORIES = sorted(p.name for p in (ROOT / "inventories").iterdir()
                      if p.is_dir() and (p / "hosts.yml").exists())
 
@@ -154,25 +152,6 @@ def _playbook_urls():
 def _dir(inventory):
     """A shipped inventory by name, or a test inventory of tests/unit/fixtures/inventories/."""
     return fixture_inventory(inventory) if (FIXTURES / inventory).is_dir() else ROOT / "inventories" / inventory
-
-
-def fixture_inventory(name):
-    """A test inventory built on a shipped one: its file `base` names the shipped inventory whose
-    hosts.yml, group_vars and host_vars it starts from; its own hosts.yml and group_vars files replace
-    or add to those (copied into a temporary directory once per session)."""
-    if name not in _FIXTURE_DIRS:
-        src = FIXTURES / name
-        base = ROOT / "inventories" / (src / "base").read_text(encoding="utf-8").strip()
-        work = pathlib.Path(tempfile.mkdtemp(prefix="llmops-" + name + "-")) / name
-        work.mkdir()
-        shutil.copy(src / "hosts.yml" if (src / "hosts.yml").exists() else base / "hosts.yml", work / "hosts.yml")
-        for sub in ("group_vars", "host_vars"):
-            if (base / sub).is_dir():
-                shutil.copytree(base / sub, work / sub)
-            if (src / sub).is_dir():
-                shutil.copytree(src / sub, work / sub, dirs_exist_ok=True)
-        _FIXTURE_DIRS[name] = work
-    return _FIXTURE_DIRS[name]
 
 
 def rendered(inventory, tmp_path_factory):

@@ -14,27 +14,11 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from ansible_run import ROOT, ansible_env  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_run import ROOT, ansible_env, fixture_inventory  # noqa: E402  pylint: disable=wrong-import-position
 from syntax_run import check_inventory, checked_roles  # noqa: E402  pylint: disable=wrong-import-position
 
 FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "inventories"
 INVENTORIES = sorted(p.name for p in (ROOT / "inventories").iterdir() if (p / "hosts.yml").is_file())
-
-
-def _fixture_dir(name, tmp_path):
-    """A test inventory built on a shipped one (its file `base`): the base's files, then its own."""
-    import shutil
-    src = FIXTURES / name
-    base = ROOT / "inventories" / (src / "base").read_text(encoding="utf-8").strip()
-    work = tmp_path / name
-    work.mkdir()
-    shutil.copy(src / "hosts.yml" if (src / "hosts.yml").exists() else base / "hosts.yml", work / "hosts.yml")
-    for sub in ("group_vars", "host_vars"):
-        if (base / sub).is_dir():
-            shutil.copytree(base / sub, work / sub)
-        if (src / sub).is_dir():
-            shutil.copytree(src / sub, work / sub, dirs_exist_ok=True)
-    return work
 
 
 def test_every_role_with_a_preflight_is_checked():
@@ -44,7 +28,7 @@ def test_every_role_with_a_preflight_is_checked():
 
 @pytest.mark.parametrize("inventory", INVENTORIES + sorted(p.name for p in FIXTURES.iterdir()))
 def test_no_valid_value_of_an_inventory_is_refused(inventory, tmp_path):
-    path = ROOT / "inventories" / inventory if inventory in INVENTORIES else _fixture_dir(inventory, tmp_path)
+    path = ROOT / "inventories" / inventory if inventory in INVENTORIES else fixture_inventory(inventory)
     results = check_inventory(path, tmp_path / "work")
     assert results, "no host checked"
     refused = ["%s %s: %s" % (host, role, err) for host, roles in results.items() for role, errs in roles.items()
@@ -52,32 +36,8 @@ def test_no_valid_value_of_an_inventory_is_refused(inventory, tmp_path):
     assert not refused, "\n".join(refused)
 
 
-# The hostile values of the syntax-class issue, each with the variable its message must name.
-EXAMPLES = [
-    ("nginx_lb", {"nginx_lb_server_name": "llm.example; return 200 pwned"}, "nginx_lb_server_name"),
-    ("nginx_lb", {"nginx_lb_client_max_body_size": "16m; error_log /tmp/x debug"}, "nginx_lb_client_max_body_size"),
-    ("nginx_lb", {"nginx_lb_upstream_name": "vllm_replicas { server 127.0.0.1:1; }"}, "nginx_lb_upstream_name"),
-    ("vllm_service", {"vllm_service_model": {"name": "../../etc"}}, "vllm_service_model.name"),
-    ("vllm_service", {"vllm_service_model": {"name": "--trust-remote-code"}}, "vllm_service_model.name"),
-    ("vllm_service", {"vllm_service_api": {"host": "0.0.0.0 --trust-remote-code", "port": 8000}},
-     "vllm_service_api.host"),
-    ("vllm_service", {"vllm_service_user": "root"}, "vllm_service_user"),
-    ("vllm_service", {"vllm_service_user": "bad user"}, "vllm_service_user"),
-    ("vllm_service", {"vllm_service_environment": {"FOO": "a\nVLLM_API_KEY=evil"}}, "vllm_service_environment.FOO"),
-    ("vllm_service", {"vllm_service_environment": {"A B": "x"}}, "vllm_service_environment"),
-    ("vllm_service", {"vllm_service_engine": {"gpu_memory_utilization": 1.5}},
-     "vllm_service_engine.gpu_memory_utilization"),
-    ("vllm_service", {"vllm_service_engine": {"max_num_seqs": -4}}, "vllm_service_engine.max_num_seqs"),
-    ("vllm_service", {"vllm_service_speculative": {"method": "ngram", "num_speculative_tokens": 0}},
-     "vllm_service_speculative.num_speculative_tokens"),
-    ("vllm_service", {"vllm_service_speculative": {"method": "ngram", "num_speculative_tokens": 3,
-                                                   "prompt_lookup_min": 5, "prompt_lookup_max": 2}},
-     "vllm_service_speculative.prompt_lookup_min"),
-    ("firewall", {"firewall_default_policy": "drop", "firewall_ssh_ports": []}, "firewall_ssh_ports"),
-    ("dspark_build", {"dspark_build_root": "/"}, "dspark_build_root"),
-    ("dspark_build", {"dspark_build_git_ref": "--upload-pack=touch /tmp/pwned"}, "dspark_build_git_ref"),
-    ("dspark_build", {"dspark_build_git_url": "ext::sh -c touch% /tmp/pwned"}, "dspark_build_git_url"),
-]
+EXAMPLES = [(e["role"], e["values"], e["variable"]) for e in yaml.safe_load(
+    (ROOT / "tests" / "unit" / "fixtures" / "syntax_examples.yml").read_text(encoding="utf-8"))]
 BASE = {"vllm_service": {"vllm_service_model": {"name": "tiny-llama"}}, "dspark_build": {"dspark_build_target_device": "cpu"}}
 FIRST_TASK = "Check every variable's syntax before any change"
 

@@ -197,29 +197,11 @@ def test_hostile_values_refused_for_every_variable_of_every_class():
     assert cases > 3000
 
 
-@pytest.mark.parametrize('role,values,path', [
-    ('nginx_lb', {'nginx_lb_server_name': 'llm.example; return 200 pwned'}, 'nginx_lb_server_name'),
-    ('nginx_lb', {'nginx_lb_client_max_body_size': '16m; error_log /tmp/x debug'}, 'nginx_lb_client_max_body_size'),
-    ('nginx_lb', {'nginx_lb_upstream_name': 'vllm{'}, 'nginx_lb_upstream_name'),
-    ('vllm_service', {'vllm_service_model': {'name': '../../etc'}}, 'vllm_service_model.name'),
-    ('vllm_service', {'vllm_service_model': {'name': '--trust-remote-code'}}, 'vllm_service_model.name'),
-    ('vllm_service', {'vllm_service_api': {'host': '0.0.0.0 --trust-remote-code'}}, 'vllm_service_api.host'),
-    ('vllm_service', {'vllm_service_user': 'root'}, 'vllm_service_user'),
-    ('vllm_service', {'vllm_service_user': 'bad user'}, 'vllm_service_user'),
-    ('vllm_service', {'vllm_service_environment': {'FOO': 'a\nVLLM_API_KEY=evil'}}, 'vllm_service_environment.FOO'),
-    ('vllm_service', {'vllm_service_environment': {'A B': 'x'}}, 'vllm_service_environment'),
-    ('vllm_service', {'vllm_service_engine': {'gpu_memory_utilization': 1.5}},
-     'vllm_service_engine.gpu_memory_utilization'),
-    ('vllm_service', {'vllm_service_engine': {'max_num_seqs': -4}}, 'vllm_service_engine.max_num_seqs'),
-    ('vllm_service', {'vllm_service_speculative': {'method': 'ngram', 'num_speculative_tokens': 0}},
-     'vllm_service_speculative.num_speculative_tokens'),
-    ('vllm_service', {'vllm_service_speculative': {'method': 'ngram', 'prompt_lookup_min': 5, 'prompt_lookup_max': 2}},
-     'vllm_service_speculative.prompt_lookup_min'),
-    ('firewall', {'firewall_default_policy': 'drop', 'firewall_ssh_ports': []}, 'firewall_ssh_ports'),
-    ('dspark_build', {'dspark_build_root': '/'}, 'dspark_build_root'),
-    ('dspark_build', {'dspark_build_git_ref': '--upload-pack=touch /tmp/pwned'}, 'dspark_build_git_ref'),
-    ('dspark_build', {'dspark_build_git_url': 'ext::sh -c touch% /tmp/pwned'}, 'dspark_build_git_url'),
-])
+with open(os.path.join(REPO, 'tests', 'unit', 'fixtures', 'syntax_examples.yml'), encoding='utf-8') as _fh:
+    EXAMPLES = [(e['role'], e['values'], e['variable']) for e in yaml.safe_load(_fh)]
+
+
+@pytest.mark.parametrize('role,values,path', EXAMPLES)
 def test_the_reported_examples_are_refused_naming_the_variable(role, values, path):
     errors = _check(role, values)
     assert errors and any(path in e for e in errors), errors
