@@ -12,6 +12,7 @@ contacted: plays run with a local connection, or on localhost only).
                                                with the role's defaults and constants
   fixture_inventory(name)                      a test inventory of tests/unit/fixtures/inventories, built on
                                                the shipped one its file `base` names (once per session)
+  tls_standin(work, name)                      a stand-in for the balancer's certificate and key (openssl)
   applied_roles()                              the roles a user applies (a main entry point); a layer's
                                                component roles and their base take the layer's variables
 """
@@ -146,3 +147,16 @@ def fixture_inventory(name):
                 shutil.copytree(src / sub, work / sub, dirs_exist_ok=True)
         _FIXTURE_DIRS[name] = work
     return _FIXTURE_DIRS[name]
+
+
+def tls_standin(work, name):
+    """The balancer's certificate an inventory names, as a stand-in made here (self-signed, for NAME,
+    EC P-256, two days): {nginx_lb_tls_cert, nginx_lb_tls_key} for the preflight's TLS check."""
+    work = pathlib.Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    cert, key = work / "tls-standin.crt", work / "tls-standin.key"
+    if not cert.exists():
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                        "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=" + name,
+                        "-addext", "subjectAltName=DNS:" + name], check=True, capture_output=True, timeout=60)
+    return {"nginx_lb_tls_cert": str(cert), "nginx_lb_tls_key": str(key)}

@@ -15,7 +15,7 @@ import sys
 import pytest
 import yaml
 
-from ansible_run import ansible_env, applied_roles, inventory_groups, run_inventory_play  # tests/unit
+from ansible_run import ansible_env, applied_roles, inventory_groups, run_inventory_play, tls_standin  # tests/unit
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INV = ROOT / "inventories" / "hgx_h200"
@@ -162,7 +162,9 @@ def test_every_role_spec_and_preflight_pass(inventory, tmp_path):
              "nvidia_driver_install": True,
              # The engine unit's required firewall unit is looked up with systemctl on the node; this
              # machine has no systemd (the lookup is tested in molecule/vllm_service).
-             "vllm_service_firewall_unit": ""}
+             "vllm_service_firewall_unit": "",
+             # The certificate the inventory expects on its balancer: a stand-in for its server name.
+             **tls_standin(tmp_path / "tls", "llm-internal.example.com")}
     if inventory.startswith("dgx_spark"):
         # No GPU to ask here: the Sparks' source build gets its arch list instead of cuda_check's.
         # (and the cores and memory MAX_JOBS is derived from, else the role would gather this machine's).

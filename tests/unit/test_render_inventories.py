@@ -18,7 +18,7 @@ import sys
 import pytest
 import yaml
 
-from ansible_run import fixture_inventory, inventory_groups, run_inventory_play  # tests/unit
+from ansible_run import fixture_inventory, inventory_groups, run_inventory_play, tls_standin  # tests/unit
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # A test inventory beside the shipped ones: replicas of different sizes (its hosts.yml says why), with
@@ -165,7 +165,9 @@ def rendered(inventory, tmp_path_factory):
              "ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
              "firewall_gather_facts": False,
              "vault_vllm_api_key": "render-test-engine-key-0001", "vault_edge_api_keys": ["render-test-edge-key-0001"],
-             "vault_hf_token": "render-test-hf-token-0001", **_playbook_urls()}
+             "vault_hf_token": "render-test-hf-token-0001", **_playbook_urls(),
+             # The certificate the shipped inventories expect on their balancer: a stand-in for its name.
+             **tls_standin(work / "tls", "llm-internal.example.com")}
     proc = run_inventory_play(_dir(inventory), PLAY, extra, work)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     files = {}
