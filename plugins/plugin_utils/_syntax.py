@@ -168,14 +168,16 @@ def _is_secret(v):
     return _re(r'[A-Za-z0-9._~+/=:@%^,-]{1,1024}')(v)
 
 
+_HUB_ID = _re(r'[A-Za-z0-9][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9][A-Za-z0-9._-]{0,127})?')
+_ONE_SERVER_NAME = _re(r'_|\*\.[A-Za-z0-9.-]+|[A-Za-z0-9.-]+\.\*|[A-Za-z0-9_][A-Za-z0-9._-]{0,252}')
+
+
 def _is_model_ref(v):
-    hub_id = _re(r'[A-Za-z0-9][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9][A-Za-z0-9._-]{0,127})?')
-    return (_is_abs_path(v) or hub_id(v)) and _no_dotdot(v)
+    return (_is_abs_path(v) or _HUB_ID(v)) and _no_dotdot(v)
 
 
 def _is_server_name(v):
-    one = _re(r'_|\*\.[A-Za-z0-9.-]+|[A-Za-z0-9.-]+\.\*|[A-Za-z0-9_][A-Za-z0-9._-]{0,252}')
-    return len(v) <= 1024 and all(one(n) for n in v.split(' '))
+    return len(v) <= 1024 and all(_ONE_SERVER_NAME(n) for n in v.split(' '))
 
 
 def _is_arch_list(v):
@@ -351,7 +353,8 @@ CLASSES = dict((c.name, c) for c in _C)
 HOSTILE = ('a\nb', 'a\x00b', 'a;b', 'a{b', 'a}b', 'a"b', "a'b", '-a', '../a', 'a b', '$a', 'a`b`', 'x' * 10240,
            'a\u00e9\u4e2d', 'a\rb', 'a\tb')
 
-_FLAG_SCALAR_MAX = MAX_LEN
+# Classes that hold structured data (lists and mappings are checked whole, an empty one is valid).
+STRUCTURED = ('flag_value', 'data', 'rule_data')
 
 
 def _flag_value_ok(v, depth=0):
@@ -360,7 +363,7 @@ def _flag_value_ok(v, depth=0):
     if isinstance(v, bool) or v is None or isinstance(v, (int, float)):
         return True
     if isinstance(v, str):
-        return _is_one_line(v) and len(v) <= _FLAG_SCALAR_MAX
+        return _is_one_line(v) and len(v) <= MAX_LEN
     if isinstance(v, (list, tuple)):
         return all(_flag_value_ok(i, depth + 1) for i in v)
     if isinstance(v, dict):
@@ -465,7 +468,7 @@ def check_value(ref, value, choices=None):
     """None when value belongs to the class, else False."""
     optional, kind, detail = parse_ref(ref)
     if is_empty(value):
-        if optional or kind == 'bool' or (kind == 'class' and detail.name in ('flag_value', 'data', 'rule_data')):
+        if optional or kind == 'bool' or (kind == 'class' and detail.name in STRUCTURED):
             return None
         return False
     if kind in ('int', 'float'):
@@ -483,7 +486,7 @@ def check_value(ref, value, choices=None):
                         (isinstance(value, str) and value.lower() in TRUE + FALSE)) else False
     if kind == 'choice':
         return None if value in (choices or []) else False
-    if detail.name in ('flag_value', 'data', 'rule_data'):
+    if detail.name in STRUCTURED:
         return None if detail.check(value) else False
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         return False
@@ -536,8 +539,8 @@ class Checker(object):
         spec = spec or {}
         hidden = hidden or bool(spec.get('no_log'))
         ref = self._ref(pat, spec)
-        structured = ref is not None and parse_ref(ref)[1] == 'class' and parse_ref(ref)[2].name in (
-            'flag_value', 'data', 'rule_data')
+        kind, detail = parse_ref(ref)[1:] if ref is not None else (None, None)
+        structured = kind == 'class' and detail.name in STRUCTURED
         if ref is not None and (structured or not isinstance(value, (list, tuple, dict))):
             self.checked += 1
             if check_value(ref, value, spec.get('choices')) is False:

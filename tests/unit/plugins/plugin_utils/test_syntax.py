@@ -37,9 +37,7 @@ ALLOWS = {
     'cli_arg': {'-a', '../a'},
     'glob': {'-a', '../a'},
     'server_name': {'a b'},
-    'name': set(), 'flag_word': set(),
 }
-ALLOWS['name'] = set()
 
 
 @functools.lru_cache(maxsize=None)
