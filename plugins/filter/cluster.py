@@ -21,6 +21,7 @@ entry: variables given to the role or task are not part of hostvars.
                                                        -> [message, ...] per worker that did not join
   cluster_replica_report(replicas, engines, upstreams)  -> per replica: nodes, TP/world size, share
   cluster_scrape_jobs(hostvars, groups, settings)      -> Prometheus' targets per job (monitoring)
+  cluster_roll_plan(replicas, hosts, rolling, chosen)  -> the order and batches of an engine change
 
 Every address one host uses for another (nginx upstreams, Prometheus targets, the playbooks' URLs,
 a replica's management address) comes from cluster_address: the host's OVERRIDE variable when set
@@ -407,6 +408,39 @@ def cluster_replicas(hostvars, heads, workers, defaults=None, local=None):
     return out
 
 
+def cluster_roll_plan(replicas, hosts, rolling, chosen=None):
+    """The order in which the engines of HOSTS change, and the play's batches (its serial).
+
+    Nodes go replica by replica, each head before its workers (the order of cluster_replicas).
+    ROLLING (a cluster that already serves, unless the operator asked for all at once): one batch
+    per replica, so that each replica is drained, changed, ready and back before the next one
+    starts; replicas of different sizes get batches of their own size. Not rolling: one batch.
+    CHOSEN (a list of replica names, or None for every replica): only those replicas. HOSTS not in
+    any replica come last, in a batch of their own (their own play then names what is wrong)."""
+    hosts = [str(h) for h in (hosts or [])]
+    wanted = set(hosts)
+    picked = None if chosen is None else set(str(c) for c in chosen)
+    order, batches, names = [], [], []
+    for name, replica in (replicas or {}).items():
+        if picked is not None and name not in picked:
+            continue
+        nodes = [n for n in replica.get("nodes", {}) if n in wanted]
+        if not nodes:
+            continue
+        order.extend(nodes)
+        batches.append(len(nodes))
+        names.append(name)
+    if picked is None:
+        rest = [h for h in hosts if h not in order]
+        if rest:
+            order.extend(rest)
+            batches.append(len(rest))
+    rolling = bool(boolean(rolling, strict=False))
+    if not rolling:
+        batches = [len(order)] if order else []
+    return {"order": order, "batches": batches or [1], "rolling": rolling, "replicas": names}
+
+
 class FilterModule(object):
     """Replica facts from the inventory."""
 
@@ -422,4 +456,5 @@ class FilterModule(object):
             "cluster_join_errors": cluster_join_errors,
             "cluster_replica_report": cluster_replica_report,
             "cluster_scrape_jobs": cluster_scrape_jobs,
+            "cluster_roll_plan": cluster_roll_plan,
         }

@@ -14,7 +14,8 @@ description:
   - Sends O(requests) completions with at most O(concurrency) in flight (real threads, each request
     on its own connection), streaming or not, and measures every one.
   - Returns the status-code histogram, the success ratio, latency and (streaming) time-to-first-token
-    percentiles, aggregate output tokens per second, the highest concurrency actually reached and,
+    percentiles, aggregate output tokens per second, each stream's own output tokens per second, the
+    highest concurrency actually reached and,
     when the balancer names the upstream in a response header (O(upstream_header)), how the requests
     spread over the upstreams.
   - Optional thresholds fail the task with the measured numbers.
@@ -93,6 +94,25 @@ options:
     description:
       - Fail when the 99th percentile time to first token exceeds this many seconds (needs O(stream)).
     type: float
+  max_mean_latency:
+    description:
+      - Fail when the mean latency of the successful requests exceeds this many seconds.
+      - Answers a target such as "under 1.5 s on average at 100 concurrent requests"; the mean hides the
+        tail, so pair it with O(max_p99_latency).
+      - Fails too when no request succeeded (nothing to measure).
+    type: float
+  min_stream_tokens_per_second:
+    description:
+      - Fail when the median (p50) per-stream output rate of the successful requests is below this many
+        tokens per second (RV(stream_tokens_per_second)).
+      - The median is the typical stream, the rate one user sees. The mean lets a few fast streams hide
+        slow ones, and the minimum fails on the one stream that waited behind a prefill; the minimum is
+        reported beside it (RV(stream_tokens_per_second)) and in the failure message.
+      - Each stream's rate is its output tokens after the first over the time after the first token
+        (the decode rate, measured when streaming); a request without that figure counts with its tokens over
+        its whole latency.
+      - Fails too when no request succeeded (nothing to measure).
+    type: float
   max_distribution_skew:
     description:
       - Fail when the requests spread unevenly over the upstreams - (max - min) / mean of the per-upstream
@@ -128,11 +148,26 @@ EXAMPLES = r'''
     max_p99_latency: 30
   register: load
 
+- name: The seed's figures - every request answered, over 70 output tok/s per stream, under 1.5 s on average
+  llmops.vllm_cluster.openai_load:
+    base_url: http://llm.internal.example
+    model: deepseek-v4-flash
+    requests: 100
+    concurrency: 100
+    max_tokens: 16
+    upstream_header: X-Upstream-Addr
+    min_success_ratio: 1.0
+    max_distribution_skew: 0.2
+    min_stream_tokens_per_second: 70
+    max_mean_latency: 1.5
+  register: seed_load
+
 - name: Report
   ansible.builtin.debug:
     msg: >-
-      {{ load.succeeded }}/{{ load.requests }} ok, p99 {{ load.latency.p99 }} s,
-      {{ load.output_tokens_per_second }} tok/s, per upstream {{ load.upstreams }}
+      {{ load.succeeded }}/{{ load.requests }} ok, p99 {{ load.latency.p99 }} s, mean {{ load.latency.mean }} s,
+      {{ load.output_tokens_per_second }} tok/s, {{ load.stream_tokens_per_second.p50 }} tok/s per stream (p50),
+      per upstream {{ load.upstreams }}
 '''
 
 RETURN = r'''
@@ -218,6 +253,23 @@ output_tokens_per_second:
   returned: success
   type: float
   sample: 469.2
+stream_tokens_per_second:
+  description: >-
+    Output tokens per second of each successful stream, same keys as RV(latency) (values C(null) and count 0
+    when none succeeded). A stream's rate is its tokens after the first over the time after the first token
+    (decode rate); a request without that figure (not streamed, or one token) counts with its tokens over its
+    whole latency.
+  returned: success
+  type: dict
+  sample: {"count": 100, "min": 58.2, "mean": 81.4, "p50": 83.0, "p90": 91.7, "p99": 95.1, "max": 95.6}
+itl:
+  description: >-
+    Inter-token latency of the successful streams, same keys as RV(latency): each stream's mean gap between its
+    tokens after the first, (latency - TTFT) / (tokens - 1) (a chunk may carry several tokens under speculative
+    decoding, so gaps between chunks would overstate it). Count 0 when no stream had two tokens.
+  returned: success
+  type: dict
+  sample: {"count": 100, "min": 0.0105, "mean": 0.0123, "p50": 0.012, "p90": 0.0141, "p99": 0.0172, "max": 0.0175}
 upstreams:
   description: Requests per upstream (value of O(upstream_header); C(unknown) when the header was missing).
   returned: when upstream_header is set
@@ -239,7 +291,10 @@ threshold_failures:
   returned: success
   type: list
   elements: str
-  sample: ["max_p99_latency: p99 latency 3.32s exceeds 1.0s (p50 2.41s)"]
+  sample:
+    - "max_p99_latency: p99 latency 3.32s exceeds 1.0s (p50 2.41s)"
+    - "max_mean_latency: mean latency 2.35s exceeds 1.5s (p50 2.41s, p99 3.32s)"
+    - "min_stream_tokens_per_second: p50 per-stream output rate 62.1 tok/s is below 70.0 tok/s (min 40.3, over 100 streams)"
 model:
   description: Model requested.
   returned: success
@@ -284,9 +339,11 @@ def validate(params):
     ratio = params['min_success_ratio']
     if ratio is not None and not 0 <= ratio <= 1:
         problems.append('min_success_ratio must be between 0 and 1, got %s' % ratio)
-    for name in ('max_p99_latency', 'max_p99_ttft'):
+    for name in ('max_p99_latency', 'max_p99_ttft', 'max_mean_latency'):
         if params[name] is not None and params[name] <= 0:
             problems.append('%s must be > 0 seconds, got %s' % (name, params[name]))
+    if params['min_stream_tokens_per_second'] is not None and params['min_stream_tokens_per_second'] <= 0:
+        problems.append('min_stream_tokens_per_second must be > 0, got %s' % params['min_stream_tokens_per_second'])
     if params['max_p99_ttft'] is not None and not params['stream']:
         problems.append('max_p99_ttft needs stream=true (time to first token is only measured when streaming)')
     if params['max_distribution_skew'] is not None and params['max_distribution_skew'] < 0:
@@ -331,6 +388,23 @@ def run_load(conn, params, model):
     return results, state['max_in_flight'], duration
 
 
+def stream_rate(result):
+    """A request's own output rate: its decode rate (tokens after the first over the time after the first
+    token), else its tokens over its whole latency; None when it has neither."""
+    rate = result.get('decode_tokens_per_second')
+    return rate if rate is not None else result.get('tokens_per_second')
+
+
+def inter_token_latency(result):
+    """A stream's mean gap between its tokens after the first, (latency - TTFT) / (tokens - 1); None
+    without a TTFT or with fewer than two tokens. Under speculative decoding one streamed chunk carries
+    several tokens, so the gaps between chunks would overstate it."""
+    ttft, latency, tokens = result.get('ttft'), result.get('latency'), result.get('output_tokens') or 0
+    if ttft is None or not latency or tokens < 2 or latency <= ttft:
+        return None
+    return (latency - ttft) / (tokens - 1)
+
+
 def aggregate(results, params, duration):
     """Figures over per-request results (pure; unit tested)."""
     total = len(results)
@@ -360,6 +434,8 @@ def aggregate(results, params, duration):
         'duration': round(duration, 3),
         'requests_per_second': round(len(ok) / duration, 2) if duration > 0 else None,
         'output_tokens_per_second': round(out_tokens / duration, 2) if duration > 0 else None,
+        'stream_tokens_per_second': summarize([rate for rate in (stream_rate(r) for r in ok) if rate is not None]),
+        'itl': summarize([gap for gap in (inter_token_latency(r) for r in ok) if gap is not None], digits=5),
         'failures_sample': [
             {'status': r.get('status'), 'error': r.get('error'), 'body': r.get('body')}
             for r in results if not r['ok']][:5],
@@ -390,6 +466,22 @@ def check_thresholds(figures, params):
             problems.append('max_p99_latency: no successful request to measure, limit %ss' % limit)
         elif p99 > limit:
             problems.append('max_p99_latency: p99 latency %ss exceeds %ss (p50 %ss)' % (p99, limit, figures['latency']['p50']))
+    limit = params.get('max_mean_latency')
+    if limit is not None:
+        lat = figures['latency']
+        if lat['mean'] is None:
+            problems.append('max_mean_latency: no successful request to measure, limit %ss' % limit)
+        elif lat['mean'] > limit:
+            problems.append('max_mean_latency: mean latency %ss exceeds %ss (p50 %ss, p99 %ss)'
+                            % (lat['mean'], limit, lat['p50'], lat['p99']))
+    limit = params.get('min_stream_tokens_per_second')
+    if limit is not None:
+        rate = figures.get('stream_tokens_per_second') or {}
+        if rate.get('p50') is None:
+            problems.append('min_stream_tokens_per_second: no successful stream to measure, limit %s tok/s' % limit)
+        elif rate['p50'] < limit:
+            problems.append('min_stream_tokens_per_second: p50 per-stream output rate %s tok/s is below %s tok/s'
+                            ' (min %s, over %d streams)' % (rate['p50'], limit, rate['min'], rate['count']))
     limit = params.get('max_p99_ttft')
     if limit is not None:
         p99 = figures['ttft']['p99']
@@ -433,6 +525,8 @@ def main():
         min_success_ratio=dict(type='float'),
         max_p99_latency=dict(type='float'),
         max_p99_ttft=dict(type='float'),
+        max_mean_latency=dict(type='float'),
+        min_stream_tokens_per_second=dict(type='float', no_log=False),
         max_distribution_skew=dict(type='float'),
         min_upstreams=dict(type='int'),
     )

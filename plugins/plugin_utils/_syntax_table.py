@@ -410,6 +410,7 @@ TABLE = {
             'vllm_service_ready_seconds_per_gib': 'float 0..3600',
             'vllm_service_compute_capabilities[]': 'compute_capability',
             'vllm_service_recover_timeout': 'int 10..86400',
+            'vllm_service_drain_timeout': 'int 0..86400',
             'vllm_service_ready_prompt': 'text',
             'vllm_service_limit_nofile': 'int 1024..1048576',
             'vllm_service_firewall_unit': '?unit',

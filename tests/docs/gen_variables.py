@@ -98,8 +98,8 @@ def render():
     out = [
         "# Role variables",
         "",
-        "Generated from each role's `meta/argument_specs.yml` by `tests/docs/gen_variables.py`; do not",
-        "edit by hand. Ansible validates these types and choices before a role changes anything: a bad",
+        "Generated from each role's `meta/argument_specs.yml` (the same text as `ansible-doc -t role`).",
+        "Ansible validates these types and choices before a role changes anything: a bad",
         "value fails with the variable's name and the valid values. Then the first task of every role,",
         "`llmops.vllm_cluster.syntax_check`, checks every value (down to list items and mapping keys)",
         "against its syntax class, stated as the description's last sentence (\"Syntax: ...\"): every",

@@ -123,7 +123,7 @@ def _inventory_var_names(inv=INV):
     return names
 
 
-@pytest.mark.parametrize("playbook", ["site.yml", "validate.yml", "upgrade.yml"])
+@pytest.mark.parametrize("playbook", ["site.yml", "validate.yml", "upgrade.yml", "tune_speculative.yml"])
 def test_playbooks_parse_and_list_the_hosts(playbook):
     for flag in ("--syntax-check", "--list-hosts"):
         proc = subprocess.run(["ansible-playbook", "-i", str(INV), str(ROOT / "playbooks" / playbook), flag],

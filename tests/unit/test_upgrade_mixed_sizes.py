@@ -1,7 +1,7 @@
-"""playbooks/upgrade.yml with replicas of different sizes (a two-node replica beside a single-node
-one): its plan refuses up front, naming the replicas and their nodes, before any host is contacted
-(every host of this test inventory has a local connection and is never reached: the refusal is a
-localhost assert)."""
+"""playbooks/upgrade.yml's plan: the order of the nodes and the batches of its rolling play, one
+replica per batch, also for replicas of different sizes (a two-node replica beside a single-node
+one). Only the plan plays run (localhost): every host of this test inventory has a local connection
+and is never reached."""
 import json
 import os
 import pathlib
@@ -23,26 +23,6 @@ INVENTORY = {
 pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook not installed")
 
 
-def _upgrade(tmp_path, *extra):
-    inv = tmp_path / "hosts.json"
-    inv.write_text(json.dumps(INVENTORY), encoding="utf-8")
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"),
-               ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    return subprocess.run(["ansible-playbook", "-i", str(inv), str(ROOT / "playbooks" / "upgrade.yml"),
-                           "-e", "upgrade_layer=restart", *extra],
-                          capture_output=True, text=True, env=env, check=False, timeout=300)
-
-
-def test_mixed_replica_sizes_are_refused_naming_the_replicas(tmp_path):
-    proc = _upgrade(tmp_path)
-    out = " ".join(proc.stdout.split())
-    assert proc.returncode != 0, out[-3000:]
-    assert "r1 has 2 (dgx1, dgx2)" in out and "r2 has 1 (dgx3)" in out, out[-3000:]
-    assert "Nothing was changed" in out and "-e upgrade_replicas=r1" in out, out[-3000:]
-    # Refused in the plan: the rolling play never started.
-    assert "Rolling change of the engines" not in out, out[-3000:]
-
-
 def _plan(tmp_path, inventory, *extra):
     """upgrade.yml's own plan plays (read from the playbook), then a localhost play that prints the
     planned sequence: no host of the inventory is contacted (the rolling plays are not run)."""
@@ -50,7 +30,9 @@ def _plan(tmp_path, inventory, *extra):
     plan = [p for p in plays if p["name"] in ("Refuse --limit", "Plan the rolling change")]
     assert len(plan) == 2, [p["name"] for p in plays]
     plan.append({"name": "Show", "hosts": "localhost", "gather_facts": False, "tasks": [
-        {"name": "Sequence", "ansible.builtin.debug": {"msg": "SEQUENCE={{ groups['upgrade_sequence'] | default([]) | join(',') }}"}}]})
+        {"name": "Sequence", "ansible.builtin.debug": {"msg": "SEQUENCE={{ groups['upgrade_sequence'] | default([]) | join(',') }}"}},
+        {"name": "Batches", "ansible.builtin.debug": {"msg": "BATCHES={{ (groups['upgrade_sequence'] | default([])"
+         " | map('extract', hostvars, 'vllm_service__roll') | first | default({})).batches | default([]) | join(',') }}"}}]})
     (tmp_path / "plan.yml").write_text(yaml.safe_dump(plan), encoding="utf-8")
     inv = tmp_path / "hosts.json"
     inv.write_text(json.dumps(inventory), encoding="utf-8")
@@ -75,6 +57,13 @@ def test_the_plan_orders_each_replica_head_then_workers(tmp_path, chosen, sequen
     proc = _plan(tmp_path, _two_by_two(), *(["-e", "upgrade_replicas=" + chosen] if chosen else []))
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "SEQUENCE=" + sequence in proc.stdout, proc.stdout[-3000:]
+    assert "BATCHES=" + ",".join(["2"] * (len(sequence.split(",")) // 2)) in proc.stdout, proc.stdout[-3000:]
+
+
+def test_mixed_replica_sizes_roll_one_replica_per_batch(tmp_path):
+    proc = _plan(tmp_path, INVENTORY)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "SEQUENCE=dgx1,dgx2,dgx3" in proc.stdout and "BATCHES=2,1" in proc.stdout, proc.stdout[-3000:]
 
 
 def test_a_worker_without_a_head_is_refused_by_the_plan(tmp_path):

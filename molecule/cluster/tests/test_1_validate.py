@@ -37,6 +37,23 @@ def test_validate_passes_and_its_report_says_so(run_play, tmp_path, monkeypatch)
     load = report["load"]
     assert (load["requests"], load["succeeded"], load["failed"]) == (100, 100, 0), load
     assert len(load["upstreams"]) == len(HEADS), load["upstreams"]
+    # Every successful stream has its own output rate.
+    assert load["stream_tokens_per_second"]["count"] == 100, load["stream_tokens_per_second"]
+    assert load["stream_tokens_per_second"]["p50"] > 0, load["stream_tokens_per_second"]
+    # The four figures. The lab sets the skew limit only (inventories/lab/group_vars/all.yml): the
+    # per-stream rate and the mean latency are measured, not checked, and named as such.
+    figs = report["four_figures"]
+    assert sorted(figs) == ["mean_latency", "requests_per_replica", "stream_tokens_per_second", "success"], figs
+    assert (figs["success"]["met"], figs["success"]["http_200"], figs["success"]["limit"]) == ("yes", 100, 1.0), figs
+    per = figs["requests_per_replica"]
+    assert (per["met"], per["limit"], per["replicas"], per["even_share"]) == ("yes", 1.0, len(HEADS), 100 / len(HEADS)), per
+    assert 0 < per["min"] <= per["max"] < 100, per
+    rate = figs["stream_tokens_per_second"]
+    assert (rate["met"], rate["limit"], rate["streams"]) == ("not checked", None, 100) and rate["p50"] > 0, rate
+    mean = figs["mean_latency"]
+    assert (mean["met"], mean["limit"], mean["concurrency"]) == ("not checked", None, 100) and mean["mean_s"] > 0, mean
+    assert {"validate_min_stream_tokens_per_second", "validate_max_mean_latency"} <= set(report["not_checked"]), report
+    assert "validate_max_distribution_skew" not in report["not_checked"], report["not_checked"]
     chat = report["chat_through_balancer"]
     assert chat["role"] == "assistant" and chat["usage"]["completion_tokens"] > 0, chat
     for name in HEADS:
@@ -66,6 +83,17 @@ def test_validate_passes_and_its_report_says_so(run_play, tmp_path, monkeypatch)
     assert "## Replicas as the engines report them" in md, md[:3000]
     assert md.startswith("# Cluster validation ") and md.splitlines()[0].endswith(": PASS"), md[:200]
     assert "`validate_max_kv_cache_usage`" in md and "| vLLM | 0." in md, md[:3000]
+    # The verdict counts the thresholds met and names the unset ones, then come the four figures.
+    verdict = next(line for line in md.splitlines() if line.startswith("**PASS**"))
+    assert "thresholds met: " in verdict and "not checked (not set): " in verdict, verdict
+    assert "`validate_max_mean_latency`" in verdict and "every threshold" not in verdict, verdict
+    four = md.split("## The four figures\n", 1)[1].split("\n## ", 1)[0]
+    assert md.index("## The four figures") < md.index("## Thresholds"), md[:3000]
+    rows = {line.split("|")[1].strip(): line.split("|")[-2].strip() for line in four.splitlines()[2:] if line.startswith("| ")}
+    assert rows["success (HTTP 200 share)"] == "yes" and rows["requests per replica"] == "yes", rows
+    assert rows["output tok/s per stream"] == "not checked", rows
+    assert [met for name, met in rows.items() if name.startswith("mean latency")] == ["not checked"], rows
+    assert "| tok/s per stream p50 | latency mean (s) |" in md, md[:3000]
     for name in HEADS:  # the replica rows show numbers in the acceptance column, not "-"
         row = next(line for line in md.splitlines() if line.startswith(f"| {name} |"))
         assert row.split("|")[-3].strip().endswith("%"), row
@@ -90,5 +118,6 @@ def test_a_failed_threshold_still_writes_a_report_that_says_fail(run_play, tmp_p
     assert first[0].endswith(": FAIL") and "**FAIL**" in md, md[:500]
     assert "max_p99_latency" in md.split("## Thresholds")[0], md[:1500]  # the why, before the details
     assert "| `validate_max_p99_latency` | 0.001 |" in md, md[:3000]
+    assert "## The four figures" in md and report["four_figures"]["success"]["met"] == "yes", report["four_figures"]
     out = one_line(res.output)
     assert "verdict: FAIL" in out and "validation FAILED" in out, out[-3000:]

@@ -101,3 +101,63 @@ def test_replica_report_of_replicas_of_different_sizes():
     rows = cluster.cluster_replica_report(replicas, engines, {"10.0.0.1:8000": 50, "10.0.0.3:8000": 50})
     assert [(r["replica"], r["head"], r["workers"], r["tensor_parallel_size"], r["world_size"], r["share"])
             for r in rows] == [("r1", "dgx1", ["dgx2"], 2, 2, 0.5), ("r2", "dgx3", [], 1, 1, 0.5)]
+
+
+def _random_cluster(rng):
+    """hostvars, heads, workers of 1..4 replicas of 1..3 nodes, in a shuffled inventory order."""
+    heads, workers, hostvars = [], [], {}
+    for r in range(rng.randint(1, 4)):
+        size = rng.randint(1, 3)
+        heads.append(f"r{r}n0")
+        hostvars[f"r{r}n0"] = {"vllm_service_replica": f"r{r}"}
+        for n in range(1, size):
+            workers.append(f"r{r}n{n}")
+            hostvars[f"r{r}n{n}"] = {"vllm_service_replica": f"r{r}"}
+    rng.shuffle(heads)
+    return hostvars, heads, workers
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_roll_plan_batches_are_whole_replicas_head_first(seed):
+    """Generated inventories, limits and choices: rolling gives one batch per replica, holding
+    exactly that replica's nodes of the play, head first; not rolling gives one batch of all."""
+    import random
+    rng = random.Random(seed)
+    hostvars, heads, workers = _random_cluster(rng)
+    replicas = cluster.cluster_replicas(hostvars, heads, workers)
+    nodes = heads + workers
+    hosts = [n for n in nodes if rng.random() < 0.8] or nodes[:1]  # a --limit
+    chosen = None if rng.random() < 0.5 else rng.sample(sorted(replicas), rng.randint(1, len(replicas)))
+    rolling = rng.random() < 0.7
+    plan = cluster.cluster_roll_plan(replicas, hosts, rolling, chosen)
+    expected_nodes = {n for n in hosts if chosen is None or hostvars[n]["vllm_service_replica"] in chosen}
+    assert sorted(plan["order"]) == sorted(expected_nodes)
+    assert sum(plan["batches"]) == len(plan["order"]) or plan["order"] == []
+    assert plan["rolling"] is rolling
+    if not rolling:
+        assert plan["batches"] == [max(len(plan["order"]), 1)]
+        return
+    start = 0
+    for name, size in zip(plan["replicas"], plan["batches"]):
+        batch = plan["order"][start:start + size]
+        start += size
+        assert {hostvars[n]["vllm_service_replica"] for n in batch} == {name}, (batch, name)
+        assert set(batch) == {n for n in hosts if hostvars[n]["vllm_service_replica"] == name}
+        if replicas[name]["head"] in batch:
+            assert batch[0] == replicas[name]["head"]
+    assert len(plan["replicas"]) == len(set(plan["replicas"]))
+
+
+def test_roll_plan_of_the_shipped_shape_and_mixed_sizes():
+    hostvars = {n: {"vllm_service_replica": r} for n, r in
+                (("dgx1", "r1"), ("dgx2", "r1"), ("dgx3", "r2"), ("dgx4", "r2"), ("h1", "r3"))}
+    replicas = cluster.cluster_replicas(hostvars, ["dgx1", "dgx3", "h1"], ["dgx2", "dgx4"])
+    every = ["dgx1", "dgx2", "dgx3", "dgx4", "h1"]
+    assert cluster.cluster_roll_plan(replicas, every, True) == {
+        "order": ["dgx1", "dgx2", "dgx3", "dgx4", "h1"], "batches": [2, 2, 1], "rolling": True,
+        "replicas": ["r1", "r2", "r3"]}
+    assert cluster.cluster_roll_plan(replicas, every, "false")["batches"] == [5]
+    assert cluster.cluster_roll_plan(replicas, every, True, ["r2"])["order"] == ["dgx3", "dgx4"]
+    # A host of the play outside every replica comes last, on its own; an empty play is one batch of one.
+    assert cluster.cluster_roll_plan(replicas, ["dgx4", "stray"], True)["batches"] == [1, 1]
+    assert cluster.cluster_roll_plan({}, [], True) == {"order": [], "batches": [1], "rolling": True, "replicas": []}

@@ -104,6 +104,8 @@ def test_check_mode_sends_nothing(openai_server, run_module):
     ({'min_success_ratio': 1.5}, 'min_success_ratio must be between 0 and 1, got 1.5'),
     ({'min_success_ratio': -0.1}, 'min_success_ratio must be between 0 and 1'),
     ({'max_p99_latency': 0}, 'max_p99_latency must be > 0'),
+    ({'max_mean_latency': 0}, 'max_mean_latency must be > 0 seconds, got 0.0'),
+    ({'min_stream_tokens_per_second': -5}, 'min_stream_tokens_per_second must be > 0, got -5.0'),
     ({'max_p99_ttft': 1, 'stream': False}, 'max_p99_ttft needs stream=true'),
     ({'max_distribution_skew': 0.5}, 'max_distribution_skew needs upstream_header'),
     ({'max_distribution_skew': -1, 'upstream_header': 'X'}, 'max_distribution_skew must be >= 0'),
@@ -131,3 +133,86 @@ def test_aggregate_pure():
     assert figures['upstreams'] == {'a': 1, 'b': 1}  # only requests that got an HTTP answer
     assert figures['failed_requests'] == 2
     assert figures['output_tokens_per_second'] == 10.0 and figures['requests_per_second'] == 1.0
+
+
+def _ok(latency, decode=None, total=None, upstream='a'):
+    return {'sent': True, 'ok': True, 'status': 200, 'latency': latency, 'ttft': 0.1, 'output_tokens': 16,
+            'prompt_tokens': 5, 'upstream': upstream, 'decode_tokens_per_second': decode, 'tokens_per_second': total}
+
+
+def test_aggregate_stream_rate_prefers_decode_and_falls_back_to_whole_rate():
+    results = [_ok(1.0, decode=80.0, total=16.0), _ok(1.2, decode=60.0, total=13.3),
+               _ok(0.5, decode=None, total=32.0),  # no decode figure: its whole rate counts
+               _ok(0.4, decode=None, total=None),  # neither: left out
+               {'sent': True, 'ok': False, 'status': 503, 'error': 'HTTP 503', 'latency': 0.01, 'output_tokens': 0,
+                'decode_tokens_per_second': 500.0, 'tokens_per_second': 500.0}]  # failed: never counted
+    rate = openai_load.aggregate(results, {}, 2.0)['stream_tokens_per_second']
+    assert set(rate) == {'count', 'min', 'mean', 'p50', 'p90', 'p99', 'max'}
+    assert (rate['count'], rate['min'], rate['p50'], rate['max']) == (3, 32.0, 60.0, 80.0)
+    assert rate['mean'] == pytest.approx((80 + 60 + 32) / 3, abs=1e-3)
+
+
+def test_thresholds_stream_rate_and_mean_latency_met_and_not_met():
+    figures = openai_load.aggregate([_ok(1.0, decode=80.0), _ok(2.0, decode=75.0), _ok(1.5, decode=40.0)], {}, 2.0)
+    assert figures['latency']['mean'] == 1.5 and figures['stream_tokens_per_second']['p50'] == 75.0
+    assert openai_load.check_thresholds(figures, {'max_mean_latency': 1.5, 'min_stream_tokens_per_second': 70}) == []
+    problems = openai_load.check_thresholds(figures, {'max_mean_latency': 1.2, 'min_stream_tokens_per_second': 76})
+    assert problems == [
+        'max_mean_latency: mean latency 1.5s exceeds 1.2s (p50 1.5s, p99 1.99s)',
+        'min_stream_tokens_per_second: p50 per-stream output rate 75.0 tok/s is below 76 tok/s (min 40.0, over 3 streams)',
+    ]
+
+
+def test_new_thresholds_with_nothing_succeeded_fail_and_say_so():
+    results = [{'sent': True, 'ok': False, 'status': 503, 'error': 'HTTP 503', 'latency': 0.01, 'output_tokens': 0},
+               {'sent': False, 'ok': False, 'status': None, 'error': 'not sent (deadline)'}]
+    figures = openai_load.aggregate(results, {}, 1.0)
+    assert figures['stream_tokens_per_second'] == {'count': 0, 'min': None, 'mean': None, 'p50': None, 'p90': None,
+                                                   'p99': None, 'max': None}
+    assert figures['latency']['mean'] is None
+    assert openai_load.check_thresholds(figures, {}) == []  # nothing set, nothing checked
+    problems = openai_load.check_thresholds(figures, {'max_mean_latency': 1.5, 'min_stream_tokens_per_second': 70.0,
+                                                      'max_p99_latency': 3.0})
+    assert problems == [
+        'max_p99_latency: no successful request to measure, limit 3.0s',
+        'max_mean_latency: no successful request to measure, limit 1.5s',
+        'min_stream_tokens_per_second: no successful stream to measure, limit 70.0 tok/s',
+    ]
+
+
+def test_stream_rate_and_mean_latency_through_the_module(openai_server, run_module):
+    st = openai_server
+    st.first_token_delay = 0.05
+    result, failed = run_module(openai_load, args(st, requests=6, concurrency=3))
+    assert not failed, result
+    rate = result['stream_tokens_per_second']
+    assert rate['count'] == 6 and 0 < rate['min'] <= rate['p50'] <= rate['max']
+    result, failed = run_module(openai_load, args(st, requests=6, concurrency=3, max_mean_latency=0.001,
+                                                  min_stream_tokens_per_second=1e9))
+    assert failed
+    assert 'max_mean_latency: mean latency' in result['msg'] and 'exceeds 0.001s' in result['msg']
+    assert 'min_stream_tokens_per_second: p50 per-stream output rate' in result['msg']
+    assert 'is below 1000000000.0 tok/s' in result['msg']
+    assert len(result['threshold_failures']) == 2
+
+
+def test_itl_is_each_streams_mean_gap_after_the_first_token():
+    one = dict(_ok(1.6), output_tokens=16)            # (1.6 - 0.1) / 15 = 0.1
+    two = dict(_ok(0.4), output_tokens=4)             # (0.4 - 0.1) / 3 = 0.1
+    three = dict(_ok(0.7), output_tokens=7)           # (0.7 - 0.1) / 6 = 0.1
+    single = dict(_ok(0.3), output_tokens=1)          # one token: no gap
+    no_ttft = dict(_ok(0.9), ttft=None)               # not streamed: no gap
+    itl = openai_load.aggregate([one, two, three, single, no_ttft], {}, 2.0)['itl']
+    assert itl['count'] == 3 and itl['p50'] == pytest.approx(0.1) and itl['max'] == pytest.approx(0.1)
+    slow = dict(_ok(3.1), output_tokens=16)           # (3.1 - 0.1) / 15 = 0.2
+    itl = openai_load.aggregate([one, slow], {}, 2.0)['itl']
+    assert (itl['min'], itl['max']) == (pytest.approx(0.1), pytest.approx(0.2))
+    assert openai_load.aggregate([single], {}, 1.0)['itl']['count'] == 0
+
+
+def test_itl_through_the_module(openai_server, run_module):
+    st = openai_server
+    st.first_token_delay = 0.05
+    result, failed = run_module(openai_load, args(st, requests=4, concurrency=2, max_tokens=8))
+    assert not failed, result
+    assert result['itl']['count'] == 4 and result['itl']['p50'] >= 0
