@@ -39,28 +39,36 @@ def changed_order(output, tasks):
     return events
 
 
-def rolling_under_load(run_play, lab_host, load, layer, extra_vars=None):
-    """upgrade.yml for LAYER under the load: (results, play output, seconds); every node restarted,
-    each replica back in the balancer, its worker restarted before its head."""
+def play_under_load(run_play, lab_host, load, playbook, args, extra_vars):
+    """PLAYBOOK (its text) with ARGS and EXTRA_VARS under the constant load through the balancer,
+    then until each replica served a request again: (play result, client results, seconds the play
+    took, each node's MainPID before)."""
     pid = "systemctl show -p MainPID --value vllm"
     before = {n: lab_host(n).check_output(pid) for n in NODES}
     lo = load()
     lo.start()
     time.sleep(3)
     t0 = time.monotonic()
-    res = run_play(UPGRADE, args=["-e", "upgrade_layer=" + layer], timeout=1800, extra_vars=extra_vars)
+    res = run_play(playbook, args=args, timeout=1800, extra_vars=extra_vars)
     t1 = time.monotonic()
-    assert res.rc == 0, res
-    # Both replicas serve again under the load: the balancer put each back.
     for head, _unused in REPLICAS.values():
         ip = container_ip(head)
         wait_until(lambda ip=ip: any(r["ok"] and served_by(r, ip) and r["start"] > t1 for r in lo.snapshot()),
-                   120, what=f"{head} serving after the upgrade")
-    results = lo.take()
+                   120, what=f"{head} serving after the play")
+    return res, lo.take(), t1 - t0, before
+
+
+def rolling_under_load(run_play, lab_host, load, layer, extra_vars=None):
+    """upgrade.yml for LAYER under the load: (results, play output, seconds); every node restarted,
+    each replica back in the balancer, its worker restarted before its head."""
+    pid = "systemctl show -p MainPID --value vllm"
+    res, results, seconds, before = play_under_load(run_play, lab_host, load, UPGRADE,
+                                                    ["-e", "upgrade_layer=" + layer], extra_vars)
+    assert res.rc == 0, res
     out = one_line(res.output)
     per = re.findall(r"upgrade: replica (\S+) changed and back in the balancer after ([0-9.]+) s", out)
     bad = [r for r in results if not r["ok"]]
-    FAULTS.append((f"rolling {layer} of two-node replicas (upgrade.yml)", len(results), len(bad), t1 - t0,
+    FAULTS.append((f"rolling {layer} of two-node replicas (upgrade.yml)", len(results), len(bad), seconds,
                    "; ".join(f"{r} {float(s):.0f} s" for r, s in per) or "no replica line"))
     assert sorted(r for r, _unused in per) == sorted(REPLICAS), out[-3000:]
     assert not bad, sorted({str(r.get("error") or r.get("status")) for r in bad})
@@ -92,24 +100,13 @@ def test_tagged_site_run_on_a_serving_cluster_rolls_one_replica_at_a_time(run_pl
     replica per batch (all of r1's restarts and its return to the balancer before r2 leaves it),
     0 failed requests."""
     pid = "systemctl show -p MainPID --value vllm"
-    before = {n: lab_host(n).check_output(pid) for n in NODES}
     seqs = new_max_num_seqs(lab_host, 48)
-    lo = load()
-    lo.start()
-    time.sleep(3)
-    t0 = time.monotonic()
-    res = run_play(SITE, args=["--tags", "vllm_service"], timeout=1800, extra_vars={
-        "vllm_service_engine": dict(ENGINE, max_num_seqs=seqs)})
-    t1 = time.monotonic()
+    res, results, seconds, before = play_under_load(run_play, lab_host, load, SITE, ["--tags", "vllm_service"],
+                                                    {"vllm_service_engine": dict(ENGINE, max_num_seqs=seqs)})
     assert res.rc == 0, one_line(res.output)[-3000:]
-    for head, _unused in REPLICAS.values():
-        ip = container_ip(head)
-        wait_until(lambda ip=ip: any(r["ok"] and served_by(r, ip) and r["start"] > t1 for r in lo.snapshot()),
-                   120, what=f"{head} serving after the tagged run")
-    results = lo.take()
     bad = [r for r in results if not r["ok"]]
     out = one_line(res.output)
-    FAULTS.append(("engine change by site.yml --tags vllm_service", len(results), len(bad), t1 - t0,
+    FAULTS.append(("engine change by site.yml --tags vllm_service", len(results), len(bad), seconds,
                    "one replica per batch, drained around its restart"))
     assert "the cluster serves: one replica at a time" in out, out[-3000:]
     assert not bad, sorted({str(r.get("error") or r.get("status")) for r in bad})
@@ -161,26 +158,15 @@ def new_max_num_seqs(lab_host, wanted):
 def canary_under_load(run_play, lab_host, load, tmp_path, engine, limits):
     """upgrade.yml, layer vllm_service, with the canary on, under the load: (play result, client
     results, seconds, the Markdown report, each node's MainPID before)."""
-    pid = "systemctl show -p MainPID --value vllm"
-    before = {n: lab_host(n).check_output(pid) for n in NODES}
-    lo = load()
-    lo.start()
-    time.sleep(3)
-    t0 = time.monotonic()
     extra = {"upgrade_canary": True, "upgrade_canary_levels": [1, 4], "upgrade_canary_max_tokens": 32,
              "upgrade_canary_requests_per_stream": 3, "upgrade_canary_report_dir": str(tmp_path),
              "vllm_service_engine": dict(ENGINE, **engine)}
     extra.update({"upgrade_canary_" + k: v for k, v in limits.items()})
-    res = run_play(UPGRADE, args=["-e", "upgrade_layer=vllm_service"], timeout=1800, extra_vars=extra)
-    t1 = time.monotonic()
-    for head, _unused in REPLICAS.values():
-        ip = container_ip(head)
-        wait_until(lambda ip=ip: any(r["ok"] and served_by(r, ip) and r["start"] > t1 for r in lo.snapshot()),
-                   120, what=f"{head} serving after the canary")
-    results = lo.take()
+    res, results, seconds, before = play_under_load(run_play, lab_host, load, UPGRADE,
+                                                    ["-e", "upgrade_layer=vllm_service"], extra)
     reports = sorted(tmp_path.glob("canary-*.md"))
     assert len(reports) == 1, (list(tmp_path.iterdir()), one_line(res.output)[-3000:])
-    return res, results, t1 - t0, reports[0].read_text(encoding="utf-8"), before
+    return res, results, seconds, reports[0].read_text(encoding="utf-8"), before
 
 
 ENGINE = {"max_num_batched_tokens": 2048, "enable_chunked_prefill": True, "enable_prefix_caching": True}
