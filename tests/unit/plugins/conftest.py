@@ -76,6 +76,7 @@ class ServerState:
         self.models_answered = None     # after this many /v1/models answers, hang (never answer) instead
         self.delay = 0.0                # seconds before answering a completion
         self.first_token_delay = 0.0    # seconds between the SSE headers and the first token
+        self.token_delay = 0.0          # seconds between one streamed token and the next
         self.tokens = ['Hello', ',', ' world', '!']
         self.send_usage = True
         self.break_stream = False       # close the stream without data: [DONE]
@@ -256,6 +257,8 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(st.first_token_delay)
             for i, tok in enumerate(tokens):
                 last = i == len(tokens) - 1
+                if i:
+                    time.sleep(st.token_delay)
                 choice = {'index': 0, 'finish_reason': 'length' if last else None}
                 if chat:
                     choice['delta'] = {'content': tok}
