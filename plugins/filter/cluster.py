@@ -416,11 +416,13 @@ def cluster_roll_plan(replicas, hosts, rolling, chosen=None):
     per replica, so that each replica is drained, changed, ready and back before the next one
     starts; replicas of different sizes get batches of their own size. Not rolling: one batch.
     CHOSEN (a list of replica names, or None for every replica): only those replicas. HOSTS not in
-    any replica come last, in a batch of their own (their own play then names what is wrong)."""
+    any replica come last, in a batch of their own (their own play then names what is wrong).
+    NODES: each planned node of a replica with its replica's name and head, so that a task on any
+    node of a batch (a worker of a --limit too) finds the replica it takes out of the balancers."""
     hosts = [str(h) for h in (hosts or [])]
     wanted = set(hosts)
     picked = None if chosen is None else set(str(c) for c in chosen)
-    order, batches, names = [], [], []
+    order, batches, names, members = [], [], [], {}
     for name, replica in (replicas or {}).items():
         if picked is not None and name not in picked:
             continue
@@ -430,6 +432,8 @@ def cluster_roll_plan(replicas, hosts, rolling, chosen=None):
         order.extend(nodes)
         batches.append(len(nodes))
         names.append(name)
+        for node in nodes:
+            members[node] = {"replica": name, "head": replica.get("head", nodes[0])}
     if picked is None:
         rest = [h for h in hosts if h not in order]
         if rest:
@@ -438,7 +442,7 @@ def cluster_roll_plan(replicas, hosts, rolling, chosen=None):
     rolling = bool(boolean(rolling, strict=False))
     if not rolling:
         batches = [len(order)] if order else []
-    return {"order": order, "batches": batches or [1], "rolling": rolling, "replicas": names}
+    return {"order": order, "batches": batches or [1], "rolling": rolling, "replicas": names, "nodes": members}
 
 
 class FilterModule(object):

@@ -8,10 +8,10 @@ from __future__ import annotations
 DOCUMENTATION = r'''
 ---
 module: syntax_check
-short_description: Check every variable of a role of this collection against its syntax class
+short_description: Check every variable of a role or playbook of this collection against its syntax class
 version_added: 0.3.0
 description:
-  - Reads every variable of the role O(role) (its argument spec options, and the paths of the
+  - Reads every variable of the role O(role), or of the playbook O(playbook) (its argument spec options, and the paths of the
     collection's syntax table) and checks each value, down to list items and mapping keys, against
     the syntax class the table gives it - a host name, an absolute path with no C(..), a systemd
     unit name, a POSIX user other than C(root), an environment variable name and a one-line value,
@@ -22,15 +22,22 @@ description:
     C(vllm_service_model.aliases[1])), the class in words and a valid example. The value of an
     option marked C(no_log) is never shown.
   - Runs on the controller only; it reads nothing from the host and changes nothing. Each role of
-    the collection runs it as the first task of its preflight, so a bad value stops the role before
-    any task touches a host.
+    the collection runs it as the first task of its preflight, and each playbook as its first task,
+    so a bad value stops the role or the playbook before any task touches a host.
 author:
   - llmops.vllm_cluster developers (@llmops)
 options:
   role:
-    description: The role of this collection whose variables are checked.
+    description:
+      - The role of this collection whose variables are checked.
+      - One of O(role) and O(playbook) is required.
     type: str
-    required: true
+  playbook:
+    description:
+      - The playbook of this collection whose own variables are checked (C(upgrade), C(tune_speculative), C(measure)
+        for the measuring tasks they share, C(validate), C(maintenance), C(monitoring_backup) for both monitoring
+        backup playbooks), as the collection's C(playbooks/vars/argument_specs.yml) declares them.
+    type: str
 attributes:
   check_mode:
     support: full
@@ -48,6 +55,10 @@ EXAMPLES = r'''
 - name: Check every variable of nginx_lb before any change
   llmops.vllm_cluster.syntax_check:
     role: nginx_lb
+
+- name: Check the variables of upgrade.yml before its plan
+  llmops.vllm_cluster.syntax_check:
+    playbook: upgrade
 '''
 
 RETURN = r'''

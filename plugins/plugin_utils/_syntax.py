@@ -6,7 +6,8 @@ environment file, a command line or a path (controller side, standard library on
 
 A class is a name with a check, a description in words, a valid example, and the hostile values
 that break the syntax it guards (the generic ones in HOSTILE are tried against every class).
-The table that gives every role variable its class is _syntax_table.TABLE; check() applies it.
+The table that gives every role variable its class is _syntax_table.TABLE (and PLAYBOOKS, the
+playbooks' own variables); check() applies it.
 
 A class reference in the table is a string:
   NAME            the class
@@ -212,6 +213,9 @@ _C = [
     Class('posix_name', _re(r'[a-z_][a-z0-9_-]{0,30}'),
           "a POSIX user or group name: lower-case letters, digits, '_' and '-', at most 31, not starting with a digit",
           'vllm', ['Root', '0day']),
+    Class('owner', _re(r'[a-z_][a-z0-9_-]{0,30}:[a-z_][a-z0-9_-]{0,30}'),
+          "USER:GROUP, each a POSIX name (lower-case letters, digits, '_' and '-')", 'prometheus:prometheus',
+          ['root', 'a:b:c']),
     Class('service_user', lambda v: _re(r'[a-z_][a-z0-9_-]{0,30}')(v) and v != 'root',
           "a POSIX user or group name other than root (the service runs unprivileged)", 'vllm', ['root']),
     Class('package', _re(r'[a-z0-9][a-z0-9+.-]{1,127}'),
@@ -296,6 +300,9 @@ _C = [
     Class('path', _is_abs_path,
           "an absolute path: letters, digits and . _ + @ % : = , / - (no spaces, no '..')", '/etc/vllm',
           ['etc/vllm', '/etc/../root']),
+    Class('local_path', _re(r'[A-Za-z0-9._+@%:=,/][A-Za-z0-9._+@%:=,/-]{0,4095}'),
+          "a path on the controller, absolute or from the current directory: letters, digits and . _ + @ % : = , / - "
+          "(no spaces, not starting with '-')", 'reports/canary', ['-rf', 'a b']),
     Class('owned_dir', _is_owned_dir,
           "an absolute directory the role owns: no '..', and not a system directory such as /, /etc, /usr or /var/lib",
           '/opt/vllm', ['/', '/etc', '/usr', '/var/lib']),
@@ -313,6 +320,9 @@ _C = [
           'ip saddr 10.0.0.0/24 tcp dport 5201 accept', ['accept; flush ruleset']),
     Class('text', lambda v: _is_one_line(v) and len(v) <= 1024,
           "one line of text, at most 1024 characters, no control characters", 'Hello'),
+    Class('prompt', lambda v: re.search(r'[\x00-\x08\x0b-\x1f\x7f]', v) is None and 0 < len(v) <= 65536,
+          "a prompt: 1 to 65536 characters, no NUL or other control character but newline and tab (sent as JSON)",
+          'Explain a rolling upgrade in two sentences.'),
     Class('env_name', _re(r'[A-Za-z_][A-Za-z0-9_]{0,127}'),
           "an environment variable name: letters, digits and '_', not starting with a digit", 'VLLM_LOGGING_LEVEL',
           ['A B', 'A=B']),

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: llmops.vllm_cluster developers
 # Apache License 2.0 (see galaxy.yml)
-"""The syntax class of every role variable (the classes are in _syntax.py).
+"""The syntax class of every role variable (the classes are in _syntax.py), and of every variable
+the playbooks take (PLAYBOOKS, whose argument specs are playbooks/vars/argument_specs.yml).
 
 A path names a value inside a variable: `var`, `var.key` (a key of a mapping), `var[]` (every item
 of a list), `var.*` (the values of a mapping not named otherwise), `var.<key>` (the keys of a mapping
@@ -411,6 +412,8 @@ TABLE = {
             'vllm_service_compute_capabilities[]': 'compute_capability',
             'vllm_service_recover_timeout': 'int 10..86400',
             'vllm_service_drain_timeout': 'int 0..86400',
+            'vllm_service_reboot_timeout': 'int 60..7200',
+            'vllm_service_reboot_check': 'choice',
             'vllm_service_ready_prompt': 'text',
             'vllm_service_limit_nofile': 'int 1024..1048576',
             'vllm_service_firewall_unit': '?unit',
@@ -419,6 +422,79 @@ TABLE = {
             'vllm_service_ip_allow_extra[]': 'cidr',
             'vllm_service_allow_risky[]': 'flag_name_any',
         }),
+}
+
+
+# The playbooks' own variables (-e or inventory), one table per entry of
+# playbooks/vars/argument_specs.yml; each playbook checks its own first (syntax_check playbook=...).
+PLAYBOOKS = {
+    'upgrade': {
+        'upgrade_replicas[]': 'inventory_host',
+        'upgrade_canary_levels[]': 'int 1..9999',
+        'upgrade_canary_max_ttft_ratio': 'float 0<..',
+        'upgrade_canary_max_itl_ratio': 'float 0<..',
+        'upgrade_canary_min_throughput_ratio': 'float 0..',
+        'upgrade_canary_max_error_rate': 'float 0..1',
+        'upgrade_canary_min_acceptance': 'float 0..1',
+        'upgrade_canary_max_tokens': 'int 1..65536',
+        'upgrade_canary_requests_per_stream': 'int 1..1000',
+        'upgrade_canary_report_dir': '?local_path',
+        'upgrade_canary_prompt_file': '?local_path',
+        'upgrade_canary_prompts[]': 'prompt',
+    },
+    'tune_speculative': {
+        'tune_replica': '?inventory_host',
+        'tune_levels[]': 'int 1..9999',
+        'tune_k[]': 'int 1..20',
+        'tune_max_itl_ratio': 'float 0<..',
+        'tune_max_tokens': 'int 1..65536',
+        'tune_requests_per_stream': 'int 1..1000',
+        'tune_report_dir': '?local_path',
+        'tune_prompt_file': '?local_path',
+        'tune_prompts[]': 'prompt',
+    },
+    'measure': {
+        'measure_deadline': 'int 10..86400',
+        'measure_request_timeout': 'int 1..86400',
+        'measure_extra_body': 'data',
+    },
+    'validate': {
+        'validate_requests': 'int 1..100000',
+        'validate_concurrency': 'int 1..10000',
+        'validate_load_tokens': 'int 1..65536',
+        'validate_smoke_tokens': 'int 1..65536',
+        'validate_deadline': 'int 10..86400',
+        'validate_ready_timeout': 'int 1..86400',
+        'validate_load_prompts[]': 'prompt',
+        'validate_load_extra_body': 'data',
+        'validate_min_success_ratio': 'float 0..1',
+        'validate_max_p99_latency': 'float 0<..',
+        'validate_max_mean_latency': 'float 0<..',
+        'validate_max_p99_ttft': 'float 0<..',
+        'validate_min_stream_tokens_per_second': 'float 0..',
+        'validate_max_distribution_skew': 'float 0..',
+        'validate_max_kv_cache_usage': 'float 0..1',
+        'validate_max_requests_waiting': 'int 0..',
+        'validate_min_spec_acceptance_rate': 'float 0..1',
+        'validate_report_dir': '?local_path',
+    },
+    'maintenance': {
+        'maintenance_replicas[]': 'inventory_host',
+    },
+    'monitoring_backup': {
+        'monitoring_backup_hosts': 'group',
+        'monitoring_backup_local_dir': '?local_path',
+        'monitoring_backup_remote_dir': 'owned_dir',
+        'monitoring_backup_prometheus_url': 'http_url',
+        'monitoring_backup_prometheus_data_dir': 'owned_dir',
+        'monitoring_backup_prometheus_service': 'unit',
+        'monitoring_backup_prometheus_owner': 'owner',
+        'monitoring_backup_grafana_db': 'path',
+        'monitoring_backup_grafana_service': 'unit',
+        'monitoring_backup_grafana_owner': 'owner',
+        'monitoring_restore_prometheus_archive': '?local_path',
+        'monitoring_restore_grafana_archive': '?local_path',
+    },
 }
 
 

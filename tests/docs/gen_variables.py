@@ -1,4 +1,5 @@
-"""Generate docs/variables.md from every role's meta/argument_specs.yml.
+"""Generate docs/variables.md from every role's meta/argument_specs.yml and from the playbooks' own
+variables (playbooks/vars/argument_specs.yml).
 
     python tests/docs/gen_variables.py          # rewrite docs/variables.md
     python tests/docs/gen_variables.py --check  # exit 1 when docs/variables.md is stale
@@ -118,6 +119,16 @@ def render():
             out += [_text(para), ""]
         out += ["| variable | type | default | description |", "| --- | --- | --- | --- |"]
         out += list(_rows(main.get("options") or {}))
+        out.append("")
+    books = yaml.safe_load((ROOT / "playbooks" / "vars" / "argument_specs.yml").read_text())["argument_specs"]
+    out += ["# Playbook variables", "",
+            "The variables the playbooks take themselves (with `-e`, or in the inventory). The first task of",
+            "each playbook checks them against their syntax classes, as a role's preflight does, before any",
+            "host is contacted.", ""]
+    for name, entry in books.items():
+        out += ["## %s" % name, "", _text(entry.get("short_description")), ""]
+        out += ["| variable | type | default | description |", "| --- | --- | --- | --- |"]
+        out += list(_rows(entry.get("options") or {}))
         out.append("")
     return "\n".join(out)
 

@@ -1,5 +1,6 @@
 """Writes each option's syntax class, in words, as the last line of its description in the roles'
-meta/argument_specs.yml ("Syntax: ..."), from plugins/plugin_utils/_syntax_table.py.
+meta/argument_specs.yml and in playbooks/vars/argument_specs.yml ("Syntax: ..."), from
+plugins/plugin_utils/_syntax_table.py (TABLE for the roles, PLAYBOOKS per playbook entry).
 
     python tests/docs/spec_syntax.py          # rewrite the descriptions
     python tests/docs/spec_syntax.py --check  # exit 1 when one is stale (tests/unit/test_docs.py)
@@ -60,15 +61,16 @@ def _edits(node, table, lines, path_prefix, out):
 
 
 def rewrite(path, role):
+    """The spec file at PATH with its syntax lines current; ROLE None: the playbooks' file (a table per entry)."""
     text = path.read_text(encoding="utf-8")
     lines = text.split("\n")
     root = yaml.compose(text)
-    table = _syntax_table.TABLE.get(role, {})
     edits = []
     for k, v in root.value:
         if k.value != "argument_specs":
             continue
-        for _ep, entry in v.value:
+        for ep, entry in v.value:
+            table = _syntax_table.TABLE.get(role, {}) if role else _syntax_table.PLAYBOOKS.get(ep.value, {})
             for ek, ev in entry.value:
                 if ek.value == "options":
                     _edits(ev, table, lines, "", edits)
@@ -82,8 +84,9 @@ def main():
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
     stale = []
-    for spec in sorted((ROOT / "roles").glob("*/meta/argument_specs.yml")):
-        role = spec.parent.parent.name
+    specs = [(spec, spec.parent.parent.name) for spec in sorted((ROOT / "roles").glob("*/meta/argument_specs.yml"))]
+    specs.append((ROOT / "playbooks" / "vars" / "argument_specs.yml", None))
+    for spec, role in specs:
         new = rewrite(spec, role)
         if new != spec.read_text(encoding="utf-8"):
             stale.append(str(spec.relative_to(ROOT)))

@@ -245,8 +245,10 @@ up() {
              --label "llmops.lab.fabric_ip=$fabric_ip")
     fi
     mkdir -p "$LAB_CACHE"
+    # --restart=always: a reboot inside the host (its init exits) starts it again, as a real
+    # host comes back from a reboot; podman kill and stop (power pulled, lab down) do not.
     podman run -d --name "$LAB_PREFIX$h" --hostname "$h" "${nets[@]}" \
-      --label llmops.lab=1 --label "llmops.lab.network=$LAB_NETWORK" --systemd=always --cap-add "$LAB_CAPS" \
+      --label llmops.lab=1 --label "llmops.lab.network=$LAB_NETWORK" --systemd=always --restart=always --cap-add "$LAB_CAPS" \
       --tmpfs /tmp --tmpfs /run --tmpfs /run/lock -v "$LAB_CACHE:/srv/llmops-lab:ro" --shm-size "$LAB_SHM_SIZE" "${platform[@]}" $LAB_EXTRA_OPTS \
       "$(image_name "$suite" "$arch")" >/dev/null
   done

@@ -146,6 +146,11 @@ def test_roll_plan_batches_are_whole_replicas_head_first(seed):
         if replicas[name]["head"] in batch:
             assert batch[0] == replicas[name]["head"]
     assert len(plan["replicas"]) == len(set(plan["replicas"]))
+    # Every planned node of a replica knows its replica and head, the head included in a --limit
+    # that leaves it out.
+    assert set(plan["nodes"]) == set(plan["order"])
+    for node, of in plan["nodes"].items():
+        assert of == {"replica": hostvars[node]["vllm_service_replica"], "head": replicas[of["replica"]]["head"]}
 
 
 def test_roll_plan_of_the_shipped_shape_and_mixed_sizes():
@@ -155,9 +160,13 @@ def test_roll_plan_of_the_shipped_shape_and_mixed_sizes():
     every = ["dgx1", "dgx2", "dgx3", "dgx4", "h1"]
     assert cluster.cluster_roll_plan(replicas, every, True) == {
         "order": ["dgx1", "dgx2", "dgx3", "dgx4", "h1"], "batches": [2, 2, 1], "rolling": True,
-        "replicas": ["r1", "r2", "r3"]}
+        "replicas": ["r1", "r2", "r3"],
+        "nodes": {"dgx1": {"replica": "r1", "head": "dgx1"}, "dgx2": {"replica": "r1", "head": "dgx1"},
+                  "dgx3": {"replica": "r2", "head": "dgx3"}, "dgx4": {"replica": "r2", "head": "dgx3"},
+                  "h1": {"replica": "r3", "head": "h1"}}}
     assert cluster.cluster_roll_plan(replicas, every, "false")["batches"] == [5]
     assert cluster.cluster_roll_plan(replicas, every, True, ["r2"])["order"] == ["dgx3", "dgx4"]
     # A host of the play outside every replica comes last, on its own; an empty play is one batch of one.
     assert cluster.cluster_roll_plan(replicas, ["dgx4", "stray"], True)["batches"] == [1, 1]
-    assert cluster.cluster_roll_plan({}, [], True) == {"order": [], "batches": [1], "rolling": True, "replicas": []}
+    assert cluster.cluster_roll_plan({}, [], True) == {
+        "order": [], "batches": [1], "rolling": True, "replicas": [], "nodes": {}}

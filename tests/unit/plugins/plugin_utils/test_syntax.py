@@ -37,6 +37,11 @@ ALLOWS = {
     'cli_arg': {'-a', '../a'},
     'glob': {'-a', '../a'},
     'server_name': {'a b'},
+    # sent JSON-encoded in a request body: any text but NUL and control characters
+    'prompt': {'a\nb', 'a;b', 'a{b', 'a}b', 'a"b', "a'b", '-a', '../a', 'a b', '$a', 'a`b`', 'x' * 10240,
+               'a\u00e9\u4e2d', 'a\tb'},
+    # the operator's own path on the controller (relative to the current directory allowed)
+    'local_path': {'../a'},
 }
 
 
@@ -101,7 +106,7 @@ def test_every_table_path_is_a_variable_of_its_role():
 
 def test_every_class_is_used_and_every_reference_parses():
     used = set()
-    for table in T.TABLE.values():
+    for table in list(T.TABLE.values()) + list(T.PLAYBOOKS.values()):
         for ref in table.values():
             optional, kind, detail = S.parse_ref(ref)
             if kind == 'class':
