@@ -18,7 +18,7 @@ ALL_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule
 #   response_cache   LiteLLM + a vLLM engine: ~13 min alone
 # `make molecule-all` runs every scenario.
 CI_SCENARIOS := headless network firewall container_toolkit nvidia_driver_packages-nomodule dspark_build bad_inputs \
-                nginx_lb monitoring vllm_service cluster
+                nginx_lb keepalived monitoring vllm_service cluster
 SCENARIOS ?= $(CI_SCENARIOS)
 GATE := tests/gate.sh
 

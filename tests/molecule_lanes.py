@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOGS = os.path.join(ROOT, ".cache", "molecule-logs")
 # Rough minutes on a quiet 2-core machine: only the order depends on them.
-WEIGHTS = {"cluster": 17, "gpu_stack_arm64": 14, "nginx_lb": 9, "dspark_build": 8, "response_cache": 8,
+WEIGHTS = {"cluster": 17, "gpu_stack_arm64": 14, "nginx_lb": 9, "dspark_build": 8, "response_cache": 8, "keepalived": 8,
            "vllm_service": 7, "network": 6, "bad_inputs": 6, "firewall": 5, "container_toolkit": 4,
            "monitoring": 4, "nvidia_driver_packages-nomodule": 3, "headless": 2}
 PRINT = threading.Lock()

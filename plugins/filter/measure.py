@@ -4,11 +4,13 @@
 """Measures of replicas under the same load: the one mechanism behind canary upgrades (a changed
 replica against one not yet changed) and the speculative-decoding tuning (one replica under each
 setting). Only Python's standard library; the figures come from openai_load (one run per target and
-concurrency level) and vllm_metrics (a reading before and after each run).
+concurrency level, the targets of a level loaded at the same time, so that whatever else the
+machines do weighs on both alike) and vllm_metrics (a reading before and after each run).
 
-  measure_runs(levels, targets)                  -> [{level, target}] in the order to run them
   measure_spec_delta(before, after)              -> speculative-decoding figures of the window
   measure_figures(load, spec)                    -> the figures one run is judged by
+  measure_level_results(loads, level, targets, befores, afters)
+                                                 -> one level's {level, target, figures}, per target
   measure_compare(measures, baseline, candidate, thresholds)
                                                  -> per level: both figures, the ratios, the verdict
   measure_tune(measures, max_itl_ratio)          -> per setting and level: the table, and the best setting
@@ -48,26 +50,6 @@ def _get(mapping, *path):
             return None
         mapping = mapping.get(key)
     return mapping
-
-
-def measure_runs(levels, targets):
-    """Every concurrency level, each target once; the targets' order alternates from one level to
-    the next (A B, B A, ...) so that neither always runs first, on caches the other warmed."""
-    if not isinstance(levels, (list, tuple)) or not levels:
-        raise AnsibleFilterError('measure_runs: levels must be a non-empty list of concurrency levels, got %r' % (levels,))
-    if not isinstance(targets, (list, tuple)) or not targets:
-        raise AnsibleFilterError('measure_runs: targets must be a non-empty list, got %r' % (targets,))
-    out = []
-    for index, level in enumerate(levels):
-        try:
-            level = int(level)
-        except (TypeError, ValueError):
-            raise AnsibleFilterError('measure_runs: a concurrency level must be an integer >= 1, got %r' % (level,))
-        if level < 1:
-            raise AnsibleFilterError('measure_runs: a concurrency level must be an integer >= 1, got %r' % (level,))
-        order = list(targets) if index % 2 == 0 else list(reversed(targets))
-        out.extend({'level': level, 'target': target} for target in order)
-    return out
 
 
 def measure_spec_delta(before, after):
@@ -113,6 +95,31 @@ def measure_figures(load, spec=None):
         'mean_accepted_length': _num(_get(spec, 'mean_accepted_length')),
     }
     return figures
+
+
+def measure_level_results(loads, level, targets, befores, afters):
+    """The figures of one level's runs, every target loaded at the same time: LOADS, BEFORES and
+    AFTERS are the registered loops (over TARGETS, in their order) of the loads' async_status and of
+    the vllm_metrics readings around them. A list of {level, target, figures}."""
+    def results(reg):
+        return (reg or {}).get('results') if isinstance(reg, dict) else reg
+    loads, befores, afters = results(loads), results(befores), results(afters)
+    if not isinstance(targets, (list, tuple)) or not targets:
+        raise AnsibleFilterError('measure_level_results: targets must be a non-empty list, got %r' % (targets,))
+    for name, reg in (('loads', loads), ('befores', befores), ('afters', afters)):
+        if not isinstance(reg, (list, tuple)) or len(reg) != len(targets):
+            raise AnsibleFilterError('measure_level_results: %s must hold one result per target (%d), got %r'
+                                     % (name, len(targets), reg))
+    try:
+        level = int(level)
+    except (TypeError, ValueError):
+        raise AnsibleFilterError('measure_level_results: level must be an integer >= 1, got %r' % (level,))
+    out = []
+    for target, load, before, after in zip(targets, loads, befores, afters):
+        name = target.get('name') if isinstance(target, dict) else target
+        out.append({'level': level, 'target': name,
+                    'figures': measure_figures(load, measure_spec_delta(before, after))})
+    return out
 
 
 def _ratio(candidate, baseline):
@@ -275,7 +282,7 @@ class FilterModule(object):
 
     def filters(self):
         return {
-            'measure_runs': measure_runs,
+            'measure_level_results': measure_level_results,
             'measure_spec_delta': measure_spec_delta,
             'measure_figures': measure_figures,
             'measure_compare': measure_compare,

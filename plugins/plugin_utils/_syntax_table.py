@@ -111,6 +111,28 @@ TABLE = {
         'headless_gui_processes[]': 'name',
         'headless_remove_packages[]': 'package',
     },
+    'keepalived': {
+        'keepalived_group': 'group',
+        'keepalived_packages[]': 'package_spec',
+        'keepalived_virtual_ipv4': '?iface_address',
+        'keepalived_virtual_ipv6': '?iface_address',
+        'keepalived_virtual_router_id': 'int 1..255',
+        'keepalived_interface': '?iface',
+        'keepalived_unicast_address': '?address',
+        'keepalived_priority': 'int 1..254',
+        'keepalived_advert_int': 'int 1..255',
+        'keepalived_auth_pass': '?secret',
+        'keepalived_check_url': 'http_url',
+        'keepalived_check_interval': 'int 1..3600',
+        'keepalived_check_timeout': 'int 1..3600',
+        'keepalived_check_fall': 'int 1..1000',
+        'keepalived_check_rise': 'int 1..1000',
+        'keepalived_script_user': 'service_user',
+        'keepalived_libexec_dir': 'owned_dir',
+        'keepalived_restart_sec': 'int 0..600',
+        'keepalived_start_limit_burst': 'int 1..100',
+        'keepalived_start_limit_interval': 'int 1..86400',
+    },
     'monitoring': {
         'monitoring_server_group': 'group',
         'monitoring_vllm_heads_group': 'group',
@@ -222,6 +244,7 @@ TABLE = {
         'nginx_lb_tls_cert': 'path',
         'nginx_lb_tls_key': 'path',
         'nginx_lb_tls_self_signed_days': 'int 1..3650',
+        'nginx_lb_tls_self_signed_renew_days': 'int 1..3649',
         'nginx_lb_backend_group': 'group',
         'nginx_lb_backends[].address': 'host',
         'nginx_lb_backends[].port': 'int 1..65535',
@@ -510,6 +533,18 @@ def _rule_min_max(lo, hi, path_lo, path_hi):
     return rule
 
 
+def _rule_below(lo, hi, path_lo, path_hi):
+    def rule(get):
+        a, b = get(lo), get(hi)
+        try:
+            if a is not None and b is not None and int(a) >= int(b):
+                return '%s (%s) must be below %s (%s)' % (path_lo, a, path_hi, b)
+        except (TypeError, ValueError):
+            return None
+        return None
+    return rule
+
+
 def _rule_drop_needs_ssh(get):
     if str(get(('firewall_default_policy',))) == 'drop' and not (get(('firewall_ssh_ports',)) or []):
         return ('firewall_default_policy is drop and firewall_ssh_ports is empty: the operator would be locked out; '
@@ -526,5 +561,11 @@ RULES = {
     ],
     'firewall': [
         (('firewall_default_policy', 'firewall_ssh_ports'), _rule_drop_needs_ssh),
+    ],
+    # A renewal window as long as the validity would make a new certificate on every run.
+    'nginx_lb': [
+        (('nginx_lb_tls_self_signed_renew_days', 'nginx_lb_tls_self_signed_days'), _rule_below(
+            ('nginx_lb_tls_self_signed_renew_days',), ('nginx_lb_tls_self_signed_days',),
+            'nginx_lb_tls_self_signed_renew_days', 'nginx_lb_tls_self_signed_days')),
     ],
 }

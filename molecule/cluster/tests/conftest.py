@@ -81,9 +81,9 @@ def load(lb_url):
 
     # Bounded in count and time: at the load's ~10 requests/s, the cap outlasts the longest wait
     # of a test (a replica's rejoin, REJOIN_TIMEOUT); max_seconds ends it in any case.
-    def make(concurrency=4, max_tokens=16, timeout=90):
+    def make(concurrency=4, max_tokens=16, timeout=90, max_seconds=1500):
         lo = Load(lb_url, EDGE_KEY, MODEL, concurrency=concurrency, max_tokens=max_tokens, cap=15000,
-                  timeout=timeout, max_seconds=1500)
+                  timeout=timeout, max_seconds=max_seconds)
         made.append(lo)
         return lo
 

@@ -6,29 +6,14 @@ start by themselves at boot, the replica answers a real completion and goes back
 does the next replica start. Not one client request may fail. Then the same sequence from the
 driver role: site.yml --tags nvidia_driver with a driver change that reboots every node (the
 vllm_service role's maintain.yml, called by the nvidia_driver role on a serving cluster)."""
-from conftest import FAULTS, REPLICAS, REPO, one_line
-from test_2_rolling import NODES, REPLICA_OF, _CHANGED, _TASK, play_under_load
+from conftest import FAULTS, REPO, one_line
+from test_2_rolling import NODES, assert_one_replica_at_a_time, play_under_load, steps_order
 
 MAINTENANCE = "- name: Maintenance\n  ansible.builtin.import_playbook: %s/playbooks/maintenance.yml\n" % REPO
 # maintain.yml's tasks, matched by the start of their names.
-_STEPS = (("Drain from every balancer", "drain"), ("Reboot the node", "reboot"), ("Undrain in every balancer", "undrain"))
+STEPS = (("Drain from every balancer", "drain"), ("Reboot the node", "reboot"), ("Undrain in every balancer", "undrain"))
 # PID 1's start, in ticks since the kernel booted: a new one after each host's reboot.
 INIT_START = "cut -d' ' -f22 /proc/1/stat"
-
-
-def steps_order(output):
-    """(step, host) of every changed drain, reboot and undrain, in the order the play reported them."""
-    events, step = [], None
-    for line in output.splitlines():
-        match = _TASK.match(line)
-        if match:
-            task = match.group("task").strip()
-            step = next((kind for prefix, kind in _STEPS if task.startswith(prefix)), None)
-            continue
-        match = _CHANGED.match(line)
-        if match and step and match.group("host") in REPLICA_OF:
-            events.append((step, match.group("host")))
-    return events
 
 
 def test_rolling_reboot_under_load_loses_no_request(run_play, lab_host, load):
@@ -45,15 +30,7 @@ def test_rolling_reboot_under_load_loses_no_request(run_play, lab_host, load):
     for name in NODES:
         assert lab_host(name).check_output(INIT_START) != booted[name], f"{name} was not rebooted"
         assert lab_host(name).service("vllm").is_running, f"{name}: the engine did not start at boot"
-    order = steps_order(res.output)
-    seen = [REPLICA_OF[host] for _step, host in order]
-    assert "r2" in seen and seen.index("r2") > 0, order
-    first_r2 = seen.index("r2")
-    assert set(seen[:first_r2]) == {"r1"} and set(seen[first_r2:]) == {"r2"}, order
-    for replica, (head, worker) in REPLICAS.items():
-        mine = [step for step, host in order if REPLICA_OF[host] == replica]
-        assert mine[0] == "drain" and mine[-1] == "undrain", (replica, order)
-        assert ("reboot", head) in order and ("reboot", worker) in order, (replica, order)
+    assert_one_replica_at_a_time(steps_order(res.output, STEPS), "reboot")
 
 
 SITE = "- name: Site\n  ansible.builtin.import_playbook: %s/playbooks/site.yml\n" % REPO
@@ -82,12 +59,4 @@ def test_tagged_driver_run_on_a_serving_cluster_reboots_one_replica_at_a_time(ru
     for name in NODES:
         assert lab_host(name).check_output(INIT_START) != booted[name], f"{name} was not rebooted"
         assert lab_host(name).package("nvidia-smi").is_installed, name
-    order = steps_order(res.output)
-    seen = [REPLICA_OF[host] for _step, host in order]
-    assert "r2" in seen and seen.index("r2") > 0, order
-    first_r2 = seen.index("r2")
-    assert set(seen[:first_r2]) == {"r1"} and set(seen[first_r2:]) == {"r2"}, order
-    for replica, (head, worker) in REPLICAS.items():
-        mine = [step for step, host in order if REPLICA_OF[host] == replica]
-        assert mine[0] == "drain" and mine[-1] == "undrain", (replica, order)
-        assert ("reboot", head) in order and ("reboot", worker) in order, (replica, order)
+    assert_one_replica_at_a_time(steps_order(res.output, STEPS), "reboot")

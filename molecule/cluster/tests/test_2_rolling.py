@@ -115,7 +115,12 @@ def test_tagged_site_run_on_a_serving_cluster_rolls_one_replica_at_a_time(run_pl
         assert re.search(r"^max[-_]num[-_]seqs: %d$" % seqs, config_of(lab_host, name), re.M), name
     # The play's own record: each replica out of the balancer, its nodes restarted, back in, and
     # only then the next replica.
-    order = steps_order(res.output)
+    assert_one_replica_at_a_time(steps_order(res.output), "restart")
+
+
+def assert_one_replica_at_a_time(order, action):
+    """ORDER (steps_order): each replica out of the balancer, ACTION on both its nodes, back in, and
+    only then the next replica."""
     seen = [REPLICA_OF[host] for _step, host in order]
     assert "r2" in seen and seen.index("r2") > 0, order
     first_r2 = seen.index("r2")
@@ -123,7 +128,7 @@ def test_tagged_site_run_on_a_serving_cluster_rolls_one_replica_at_a_time(run_pl
     for replica, (head, worker) in REPLICAS.items():
         mine = [step for step, host in order if REPLICA_OF[host] == replica]
         assert mine[0] == "drain" and mine[-1] == "undrain", (replica, order)
-        assert ("restart", worker) in order and ("restart", head) in order, (replica, order)
+        assert (action, worker) in order and (action, head) in order, (replica, order)
 
 
 # The rolling sequence's tasks (vllm_service's drain.yml, service.yml, undrain.yml), matched by the
@@ -132,14 +137,15 @@ _STEPS = (("Drain from every balancer", "drain"), ("Start the workers", "restart
           ("Undrain in every balancer", "undrain"))
 
 
-def steps_order(output):
-    """(step, host) of every changed drain, restart and undrain, in the order the play reported them."""
+def steps_order(output, steps=_STEPS):
+    """(step, host) of every changed task of STEPS (prefix of its name, step), by default the drain,
+    restart and undrain, in the order the play reported them."""
     events, step = [], None
     for line in output.splitlines():
         match = _TASK.match(line)
         if match:
             task = match.group("task").strip()
-            step = next((kind for prefix, kind in _STEPS if task.startswith(prefix)), None)
+            step = next((kind for prefix, kind in steps if task.startswith(prefix)), None)
             continue
         match = _CHANGED.match(line)
         if match and step and match.group("host") in REPLICA_OF:

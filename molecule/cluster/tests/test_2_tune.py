@@ -20,7 +20,7 @@ SETTINGS = ["off", "k1", "k2", "k3", "k4", "k5"]
 
 def test_tune_speculative_measures_each_k_and_gives_the_replica_back(run_play, lab_host, load, tmp_path):
     r2_config = {n: lab_host(n).file("/etc/vllm/config.yaml").content_string for n in REPLICAS["r2"]}
-    lo = load()
+    lo = load(max_seconds=3000)  # twelve measured settings and levels: about 20 min on 2 cores
     lo.start()
     time.sleep(3)
     t0 = time.monotonic()

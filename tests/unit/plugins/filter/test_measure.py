@@ -23,17 +23,23 @@ def reading(drafts, draft_tokens, accepted):
                         "spec_decode_accepted_tokens_total": accepted}}
 
 
-def test_runs_alternate_the_targets_from_level_to_level():
-    assert measure.measure_runs([1, 4, 8], ["a", "b"]) == [
-        {"level": 1, "target": "a"}, {"level": 1, "target": "b"}, {"level": 4, "target": "b"},
-        {"level": 4, "target": "a"}, {"level": 8, "target": "a"}, {"level": 8, "target": "b"}]
-    assert measure.measure_runs(["2"], ["only"]) == [{"level": 2, "target": "only"}]
+def test_level_results_join_each_targets_load_and_readings_in_order():
+    targets = [{"name": "r1", "url": "http://a"}, {"name": "r2", "url": "http://b"}]
+    loads = {"results": [load(ttft=0.1), load(ttft=0.4)]}
+    before = {"results": [reading(100, 500, 300), reading(0, 0, 0)]}
+    after = {"results": [reading(160, 800, 480), reading(10, 50, 20)]}
+    out = measure.measure_level_results(loads, "8", targets, before, after)
+    assert [(r["level"], r["target"], r["figures"]["ttft_p50"]) for r in out] == [(8, "r1", 0.1), (8, "r2", 0.4)]
+    assert out[0]["figures"]["acceptance_rate"] == 0.6 and out[1]["figures"]["acceptance_rate"] == 0.4
+    # a target's name, or the target itself when it is a plain name
+    assert measure.measure_level_results([load()], 1, ["only"], [{}], [{}])[0]["target"] == "only"
 
 
-@pytest.mark.parametrize("levels, targets", [([], ["a"]), ([0], ["a"]), (["x"], ["a"]), ([1], []), (None, ["a"])])
-def test_runs_refuse_bad_levels_and_targets(levels, targets):
-    with pytest.raises(AnsibleFilterError, match="measure_runs"):
-        measure.measure_runs(levels, targets)
+@pytest.mark.parametrize("loads, targets, level", [
+    ([load()], [], 1), ([load()], ["a", "b"], 1), ([], ["a"], 1), ([load()], ["a"], "x"), (None, ["a"], 1)])
+def test_level_results_refuse_mismatched_loops(loads, targets, level):
+    with pytest.raises(AnsibleFilterError, match="measure_level_results"):
+        measure.measure_level_results(loads, level, targets, [{}] * len(targets), [{}] * len(targets))
 
 
 def test_spec_delta_is_the_window_between_two_readings():

@@ -21,6 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[4]
 #   ("vendor", REASON) / ("oneshot", REASON)  left as shipped, and why
 RESTARTS = {
     "nginx": ("dropin", "nginx_lb/tasks/service.yml", "['nginx']"),
+    "keepalived": ("dropin", "keepalived/tasks/service.yml", "['keepalived']"),
     "{{ item }}@monitoring_base": ("dropin", "monitoring_base/tasks/service.yml", "monitoring_base_units"),
     # the monitoring components' units (restarted by their handlers), started by monitoring_base
     "prometheus-node-exporter": ("dropin", "monitoring_base/tasks/service.yml", "monitoring_base_units"),

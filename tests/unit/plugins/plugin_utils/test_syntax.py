@@ -306,3 +306,9 @@ def test_every_public_variable_a_template_or_task_reads_is_checked():
                         continue
                     unchecked.add('%s (%s/%s)' % (word, role, name))
     assert not unchecked, '\n'.join(sorted(unchecked))
+
+
+def test_a_renewal_window_as_long_as_the_validity_is_refused():
+    errors = _check('nginx_lb', {'nginx_lb_tls_self_signed_days': 30, 'nginx_lb_tls_self_signed_renew_days': 30})
+    assert errors == ['nginx_lb_tls_self_signed_renew_days (30) must be below nginx_lb_tls_self_signed_days (30)']
+    assert _check('nginx_lb', {'nginx_lb_tls_self_signed_days': 825, 'nginx_lb_tls_self_signed_renew_days': 30}) == []
