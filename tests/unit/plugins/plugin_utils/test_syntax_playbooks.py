@@ -21,7 +21,7 @@ import yaml
 
 from ansible_collections.llmops.vllm_cluster.plugins.plugin_utils import _syntax as S
 from ansible_collections.llmops.vllm_cluster.plugins.plugin_utils import _syntax_table as T
-from test_syntax import REPO, _classed, _hostile_for, _leaves, _needs_class, _value_at
+from test_syntax import REPO, _classed, _leaves, _needs_class, _value_at, hostile_values
 
 PLAYBOOKS_DIR = os.path.join(REPO, 'playbooks')
 # Each entry's variable prefix (the longest first when matching).
@@ -177,18 +177,7 @@ def test_hostile_values_refused_for_every_playbook_variable():
     cases, accepted = 0, []
     for entry, table in sorted(T.PLAYBOOKS.items()):
         for path, ref in sorted(table.items()):
-            optional, kind, detail = S.parse_ref(ref)
-            if kind == 'class':
-                values = _hostile_for(detail.name)
-            elif kind in ('int', 'float'):
-                lo, lo_open, hi_open, hi = detail
-                values = ['1; reboot', '9' * 30, 'x', True]
-                values += [lo - 1] if lo is not None else []
-                values += [hi + 1] if hi is not None else []
-                values += [lo] if lo is not None and lo_open else []
-            else:
-                continue
-            for value in values:
+            for value in hostile_values(ref):
                 top, whole = _value_at(table, path, value)
                 cases += 1
                 errors = _check(entry, {top: whole})
