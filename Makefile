@@ -23,7 +23,7 @@ SCENARIOS ?= $(CI_SCENARIOS)
 GATE := tests/gate.sh
 
 .PHONY: help venv collection lab-setup lab-images lab-vllm lab-up lab-down lab-status demo test lint yamllint \
-        ansible-lint sanity units compat test-tags test-tags-lab integration molecule molecule-faults molecule-runbooks molecule-all build docs bench-cluster bench-serving bench-edge clean
+        ansible-lint sanity units compat test-tags test-tags-lab integration molecule molecule-faults molecule-runbooks molecule-router molecule-all build docs bench-cluster bench-serving bench-edge clean
 
 help:
 	@sed -n '1,4p' Makefile
@@ -159,6 +159,11 @@ molecule-faults:
 # starts more): not in `make test`, for CI's time.
 molecule-runbooks:
 	LLMOPS_RUNBOOK_TESTS=1 $(MAKE) --no-print-directory molecule SCENARIOS=vllm_service MOLECULE_LANES=1
+
+# molecule/vllm_router alone: vLLM's router on a balancer in front of stand-in heads, installed from the
+# lab's wheelhouse (tests/lab/router_wheel.sh fills it on this machine; about 4 min).
+molecule-router:
+	$(MAKE) --no-print-directory molecule SCENARIOS=vllm_router MOLECULE_LANES=1
 
 molecule-all:
 	$(MAKE) --no-print-directory molecule SCENARIOS="$(ALL_SCENARIOS)"

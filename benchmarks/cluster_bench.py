@@ -28,7 +28,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "lab"))
-from lab_load import Load, lab_address, lab_var, pct  # noqa: E402  (shared with the lab's fault tests)
+from lab_load import Load, lab_endpoint, lab_var, pct  # noqa: E402  (shared with the lab's fault tests)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INVENTORY = os.path.join(REPO, "inventories", "lab")
@@ -111,7 +111,7 @@ def print_profile(label, doc, top=20):
 
 def lab_vars():
     """The balancer's address and the edge key, as the lab inventory defines them."""
-    return f"http://{lab_address('lb1')}", lab_var("lab_edge_api_key")
+    return lab_endpoint(), lab_var("lab_edge_api_key")
 
 
 def converge_part(log, profile=False):
@@ -198,7 +198,7 @@ def main():
     p.add_argument("--skip-rolling", action="store_true", help="only the converge timings")
     p.add_argument("--profile", action="store_true",
                    help="print the no-change run's time per role and its slowest tasks (from the json callback)")
-    p.add_argument("--lb", default="", help="balancer base URL (default: lb1 of the lab)")
+    p.add_argument("--lb", default="", help="balancer base URL (default: the lab balancers' virtual address)")
     p.add_argument("--lb-key", default="", help="edge API key (default: the lab's)")
     p.add_argument("--model", default="tiny-llama")
     p.add_argument("--concurrency", type=int, default=4, choices=range(1, 33), metavar="1..32")

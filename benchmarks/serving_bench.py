@@ -42,7 +42,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "lab"))
-from lab_load import PROMPTS, check_lab_target, lab_address, lab_networks, lab_var, one_request, pct  # noqa: E402  (shared with the lab tests)
+from lab_load import PROMPTS, check_lab_target, lab_address, lab_endpoint, lab_networks, lab_var, one_request, pct  # noqa: E402  (shared with the lab tests)
 
 
 def run_round(target, n, concurrency, args, offset, stop_at):
@@ -109,7 +109,7 @@ def summary(results, seconds):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    p.add_argument("--lb", default="", help="balancer base URL (nginx_lb; default: the lab's lb1)")
+    p.add_argument("--lb", default="", help="balancer base URL (nginx_lb; default: the lab balancers' virtual address)")
     p.add_argument("--lb-key", default="", help="API key for the balancer (default: the lab's edge key)")
     p.add_argument("--direct", default="", help="one replica head's base URL as the client sees it "
                    "(vllm_service; default: the lab's dgx1, its loopback when the client runs there)")
@@ -138,7 +138,7 @@ def main():
                    help="requests of the last round through the balancer that measure the spread (vllm client)")
     args = p.parse_args()
     if not args.lb:
-        args.lb, args.lb_key = f"http://{lab_address('lb1')}", args.lb_key or lab_var("lab_edge_api_key")
+        args.lb, args.lb_key = lab_endpoint(), args.lb_key or lab_var("lab_edge_api_key")
     remote = args.client == "vllm" and args.client_host
     if not args.direct:
         args.direct = "http://127.0.0.1:8000" if remote else f"http://{lab_address('dgx1')}:8000"

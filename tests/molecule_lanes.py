@@ -21,7 +21,7 @@ LOGS = os.path.join(ROOT, ".cache", "molecule-logs")
 # Rough minutes on a quiet 2-core machine: only the order depends on them.
 WEIGHTS = {"cluster": 17, "gpu_stack_arm64": 14, "nginx_lb": 9, "dspark_build": 8, "response_cache": 8, "keepalived": 8,
            "vllm_service": 7, "network": 6, "bad_inputs": 6, "firewall": 5, "container_toolkit": 4,
-           "monitoring": 4, "nvidia_driver_packages-nomodule": 3, "headless": 2}
+           "monitoring": 4, "vllm_router": 4, "nvidia_driver_packages-nomodule": 3, "headless": 2}
 PRINT = threading.Lock()
 
 

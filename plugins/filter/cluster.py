@@ -16,6 +16,7 @@ entry: variables given to the role or task are not part of hostvars.
   cluster_rdma_device(ifname)                          -> the RDMA (RoCE) device of a netdev name, or ''
   cluster_address(hostvars, name, override='')         -> the address other hosts use for NAME
   cluster_api_url(hostvars, head)                      -> http://ADDRESS:PORT of a head's API
+  cluster_endpoint(hostvars, balancers)                -> the address clients use (the pair's virtual one)
   cluster_engine_topology(log_text)                    -> what a node's engine log says it ran as
   cluster_join_errors(journals, replica, unit, tail, head_log)
                                                        -> [message, ...] per worker that did not join
@@ -100,6 +101,26 @@ def cluster_api_url(hostvars, head):
     """http://ADDRESS:PORT of HEAD's API (vllm_service_api.port, default 8000; IPv6 in brackets)."""
     api = _get(_get(hostvars, head, {}), "vllm_service_api", {}) or {}
     return "http://" + _host_port(cluster_address(hostvars, head), int(_get(api, "port", DEFAULTS["api_port"])))
+
+
+def cluster_endpoint(hostvars, balancers):
+    """The address clients reach the endpoint at, {address, virtual, balancers}: the balancers' virtual
+    address (keepalived_virtual_ipv4 of the first balancer, without its prefix) where keepalived runs
+    (keepalived_enabled, by default with two or more balancers, and a virtual address set), else the
+    first balancer's own address (cluster_address); '' without a balancer."""
+    members = [str(b) for b in (balancers or [])]
+    if not members:
+        return {"address": "", "virtual": False, "balancers": []}
+    hv = _get(hostvars, members[0], {})
+    enabled = _get(hv, "keepalived_enabled", None)
+    enabled = len(members) > 1 if enabled is None or enabled == "" else bool(boolean(enabled, strict=False))
+    vip = str(_get(hv, "keepalived_virtual_ipv4", "") or "").strip()
+    if enabled and vip:
+        try:
+            return {"address": str(ipaddress.ip_interface(vip).ip), "virtual": True, "balancers": members}
+        except ValueError:
+            pass
+    return {"address": cluster_address(hostvars, members[0]), "virtual": False, "balancers": members}
 
 
 def cluster_backends(hostvars, hosts, explicit=None, override=""):
@@ -455,6 +476,7 @@ class FilterModule(object):
             "cluster_rdma_device": cluster_rdma_device,
             "cluster_address": cluster_address,
             "cluster_backends": cluster_backends,
+            "cluster_endpoint": cluster_endpoint,
             "cluster_api_url": cluster_api_url,
             "cluster_engine_topology": cluster_engine_topology,
             "cluster_join_errors": cluster_join_errors,

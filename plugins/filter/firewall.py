@@ -263,12 +263,38 @@ def firewall_source_addresses(hostvars, hosts):
             continue
         facts = _var(hostvars, host, "ansible_facts") or {}
         advertise = _var(hostvars, host, "vllm_service_advertise_address", "")
+        # A balancer's virtual address (keepalived) is on whichever balancer holds it now, and is no
+        # source of its traffic: gathered there, it would change the plan at every failover.
+        floating = _floating(hostvars, host)
+        gathered = [a for a in list(facts.get("all_ipv4_addresses") or []) + list(facts.get("all_ipv6_addresses") or [])
+                    if _plain(a) not in floating]
         out[host] = (netplan_host_addresses(_var(hostvars, host, "network_interfaces") or [],
                                             _var(hostvars, host, "network_bonds") or [])
                      + [_var(hostvars, host, "ansible_host", "")]
                      + ([advertise] if advertise else [])
-                     + list(facts.get("all_ipv4_addresses") or [])
-                     + list(facts.get("all_ipv6_addresses") or []))
+                     + gathered)
+    return out
+
+
+FLOATING_VARS = ("keepalived_virtual_ipv4", "keepalived_virtual_ipv6")
+
+
+def _plain(address):
+    try:
+        return str(ipaddress.ip_address(str(address).split("%", maxsplit=1)[0]))
+    except ValueError:
+        return str(address)
+
+
+def _floating(hostvars, host):
+    """The virtual addresses (without prefix) that move between the balancers."""
+    out = set()
+    for name in FLOATING_VARS:
+        value = _var(hostvars, host, name, "") or ""
+        try:
+            out.add(str(ipaddress.ip_interface(str(value).strip()).ip))
+        except ValueError:
+            continue
     return out
 
 

@@ -141,7 +141,7 @@ def keepalived_errors(peers, host, settings, hostvars=None):
 
     settings: {variable name: value} of keepalived_virtual_ipv4, keepalived_virtual_ipv6,
     keepalived_virtual_router_id, keepalived_priority, keepalived_auth_type, keepalived_auth_pass,
-    keepalived_check_url. peers: keepalived_peers' answer. hostvars: where the other members'
+    keepalived_check_url, keepalived_check_upstream_url (optional). peers: keepalived_peers' answer. hostvars: where the other members'
     inventory is compared with this host's settings (SHARED)."""
     if not isinstance(settings, dict):
         raise AnsibleFilterError("keepalived_errors: settings must be a mapping, got %r" % (settings,))
@@ -206,18 +206,21 @@ def keepalived_errors(peers, host, settings, hostvars=None):
                       "alike) and drops the rest, so the role refuses it; use 1 to %d characters (the value is not "
                       "shown)" % (len(password), AUTH_PASS_MAX, AUTH_PASS_MAX))
 
-    scheme, url_host, path = _url_host(settings.get("keepalived_check_url", ""))
-    if scheme not in ("http", "https") or not url_host or not path.startswith("/"):
-        errors.append("keepalived_check_url: '%s' is not an http:// or https:// URL with a path (such as "
-                      "http://127.0.0.1:80/lb-health)" % settings.get("keepalived_check_url", ""))
-    else:
-        others = dict((a, n) for a, n in seen.items() if n != host)
-        if (vip4 is not None and url_host == str(vip4.ip)) or (vip6 is not None and url_host == str(vip6.ip)):
-            errors.append("keepalived_check_url: %s is the virtual address: the check must reach this host's own "
-                          "nginx (use 127.0.0.1), not whichever balancer holds the address" % url_host)
+    others = dict((a, n) for a, n in seen.items() if n != host)
+    for var, example, optional in (("keepalived_check_url", "http://127.0.0.1:80/lb-health", False),
+                                   ("keepalived_check_upstream_url", "http://127.0.0.1:8081/upstream-health", True)):
+        value = settings.get(var, "")
+        if optional and value in ("", None):
+            continue
+        scheme, url_host, path = _url_host(value)
+        if scheme not in ("http", "https") or not url_host or not path.startswith("/"):
+            errors.append("%s: '%s' is not an http:// or https:// URL with a path (such as %s)" % (var, value, example))
+        elif (vip4 is not None and url_host == str(vip4.ip)) or (vip6 is not None and url_host == str(vip6.ip)):
+            errors.append("%s: %s is the virtual address: the check must reach this host's own "
+                          "nginx (use 127.0.0.1), not whichever balancer holds the address" % (var, url_host))
         elif url_host in others:
-            errors.append("keepalived_check_url: %s is the address of %s: the check must reach this host's own "
-                          "nginx (use 127.0.0.1)" % (url_host, others[url_host]))
+            errors.append("%s: %s is the address of %s: the check must reach this host's own "
+                          "nginx (use 127.0.0.1)" % (var, url_host, others[url_host]))
 
     if hostvars is not None:
         for peer in names:

@@ -6,13 +6,16 @@ the controller with matplotlib as SVG documents: written next to a Markdown repo
 
   report_plot(spec)                  -> an SVG document (str) of a line, bar or histogram plot
   report_plot_available(_ignored)    -> whether matplotlib can be imported on the controller
+  report_plot_inline(svg, prefix)    -> the <svg> element of such a document, to put inline in an HTML page
 
 spec: kind (line, bar, hist), title, xlabel, ylabel, series, and per kind:
   line: series [{label, x: [numbers], y: [numbers]}]; a point whose x or y is None is skipped
   bar:  categories [names], series [{label, values: [numbers, one per category]}] (grouped bars)
   hist: series [{label, samples: [numbers]}], all series over the same bins (bins: 20 unless given);
         None samples are skipped (e.g. a failed request without a latency)
-and optional logy (bool), width and height (inches, 7 x 4 unless given).
+and optional logy (bool), width and height (inches, 7 x 4 unless given), and lines: reference lines
+(a threshold, an even share), each {label, x: number} (vertical; not for bar) or {label, y: number}
+(horizontal), drawn dashed and named in the legend; the axis stretches to show them.
 
 The output is deterministic (same spec and matplotlib version, same bytes): matplotlib's default style
 (not the controller user's matplotlibrc), a fixed svg.hashsalt for the element ids, no date in the
@@ -47,7 +50,9 @@ KINDS = ('line', 'bar', 'hist')
 # The series' data keys per kind, and the top-level keys only one kind takes.
 SERIES_KEYS = {'line': ('x', 'y'), 'bar': ('values',), 'hist': ('samples',)}
 KIND_ONLY = {'categories': 'bar', 'bins': 'hist'}
-KEYS = ('kind', 'title', 'xlabel', 'ylabel', 'series', 'categories', 'bins', 'logy', 'width', 'height')
+KEYS = ('kind', 'title', 'xlabel', 'ylabel', 'series', 'categories', 'bins', 'logy', 'width', 'height', 'lines')
+# Reference lines: colours and dash patterns in turn, apart from the series' default colour cycle.
+LINE_STYLES = (('#d62728', '--'), ('#333333', ':'), ('#9467bd', '-.'), ('#8c564b', '--'))
 DEFAULT_SIZE = (7.0, 4.0)
 MAX_SIZE = 50.0
 DEFAULT_BINS = 20
@@ -58,6 +63,9 @@ MAX_ABS = 1e300
 # A fixed salt makes the SVG's element ids the same on every render.
 RC = {'svg.fonttype': 'none', 'svg.hashsalt': 'llmops.vllm_cluster.report_plot'}
 _CONTROL = re.compile('[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]')
+_PREFIX = re.compile(r'^[A-Za-z][A-Za-z0-9_-]{0,63}$')
+# What refers to an element id in matplotlib's SVG: id="X", url(#X), xlink:href="#X" (and href="#X").
+_ID_REFS = re.compile(r'(\bid=")([^"]+")|(url\(#)([^)]+\))|(href="#)([^"]+")')
 _LOCK = threading.Lock()
 _MPL = {}
 
@@ -212,12 +220,45 @@ def _validate(spec):
             entry['samples'] = [v for v in _numbers(item['samples'], where + '.samples', True) if v is not None]
         out['series'].append(entry)
 
+    out['lines'] = _lines(spec, kind)
+
     if logy:
         # A histogram's y is its counts: > 0 wherever there is a sample.
         key = {'line': 'y', 'bar': 'values', 'hist': 'samples'}[kind]
         if not any(v > 0 or kind == 'hist' for s in out['series'] for v in s[key]):
             _fail('logy', 'a log scale needs at least one %s (all series\' %s are <= 0 or missing)'
                   % ('sample' if kind == 'hist' else 'value > 0', key))
+    return out
+
+
+def _lines(spec, kind):
+    """The checked reference lines: [{label, axis ('x' or 'y'), value}]."""
+    lines = spec.get('lines')
+    if lines is None:
+        return []
+    if not isinstance(lines, (list, tuple)):
+        _fail('lines', 'must be a list of {label, x} or {label, y}, got %r' % (lines,))
+    if len(lines) > MAX_SERIES:
+        _fail('lines', 'at most %d lines, got %d' % (MAX_SERIES, len(lines)))
+    out = []
+    for index, item in enumerate(lines):
+        where = 'lines[%d]' % index
+        if not isinstance(item, dict):
+            _fail(where, 'must be a dict {label, x} or {label, y}, got %r' % (item,))
+        extra = sorted(str(k) for k in item if k not in ('label', 'x', 'y'))
+        if extra:
+            _fail(where, 'unknown key(s) %s; valid: label, x or y' % ', '.join(extra))
+        label = item.get('label')
+        if not isinstance(label, str) or not label.strip():
+            _fail(where + '.label', 'must be a non-empty string, got %r' % (label,))
+        axes = [a for a in ('x', 'y') if a in item]
+        if len(axes) != 1:
+            _fail(where, 'needs exactly one of x (a vertical line) or y (a horizontal line), got %s'
+                  % (', '.join(axes) or 'neither'))
+        axis = axes[0]
+        if axis == 'x' and kind == 'bar':
+            _fail(where + '.x', 'a bar plot\'s x axis holds categories: use y (a horizontal line)')
+        out.append({'label': _literal(label), 'axis': axis, 'value': _number(item[axis], '%s.%s' % (where, axis), False)})
     return out
 
 
@@ -248,13 +289,17 @@ def _draw(ax, plot, numpy):
             _counts, _edges, patches = ax.hist(values, bins=edges, histtype='stepfilled', alpha=0.45 if step else 0.8,
                                                edgecolor='black', linewidth=0.6)
             handles.append(patches[0] if len(patches) else None)
+    shown = [(h, s['label']) for h, s in zip(handles, plot['series']) if h is not None]
+    for index, ref in enumerate(plot['lines']):
+        colour, dashes = LINE_STYLES[index % len(LINE_STYLES)]
+        draw = ax.axvline if ref['axis'] == 'x' else ax.axhline
+        shown.append((draw(ref['value'], color=colour, linestyle=dashes, linewidth=1.5, zorder=3), ref['label']))
     if plot['logy']:
         ax.set_yscale('log')
     ax.set_title(plot['title'])
     ax.set_xlabel(plot['xlabel'])
     ax.set_ylabel(plot['ylabel'])
     ax.grid(True, alpha=0.3)
-    shown = [(h, s['label']) for h, s in zip(handles, plot['series']) if h is not None]
     if shown:
         # Handles and labels given explicitly: a label starting with '_' is shown too.
         ax.legend([h for h, _label in shown], [label for _h, label in shown], loc='best', fontsize='small')
@@ -274,6 +319,31 @@ def report_plot(spec):
     return buffer.getvalue().decode('utf-8')
 
 
+def report_plot_inline(svg, prefix=''):
+    """The <svg> element of a report_plot document, to put inline in an HTML page: no XML declaration,
+    doctype or metadata; with PREFIX, every element id and every reference to one starts with
+    'PREFIX-', so that several plots share a page without their ids (clip paths) colliding."""
+    if not isinstance(svg, str) or '<svg' not in svg:
+        raise AnsibleFilterError('report_plot_inline: the input must be an SVG document (a report_plot result), got %r'
+                                 % (svg if not isinstance(svg, str) else svg[:80],))
+    if prefix is None:
+        prefix = ''
+    if not isinstance(prefix, str) or (prefix and not _PREFIX.match(prefix)):
+        raise AnsibleFilterError('report_plot_inline: prefix must be a letter then letters, digits, _ or - '
+                                 '(at most 64), got %r' % (prefix,))
+    element = svg[svg.index('<svg'):]
+    element = re.sub(r'\s*<metadata>.*?</metadata>', '', element, flags=re.DOTALL)
+    if prefix:
+        def rename(match):
+            groups = match.groups()
+            for start in (0, 2, 4):
+                if groups[start] is not None:
+                    return groups[start] + prefix + '-' + groups[start + 1]
+            return match.group(0)  # pragma: no cover - one of the three alternatives always matched
+        element = _ID_REFS.sub(rename, element)
+    return element.strip() + '\n'
+
+
 class FilterModule(object):
     """Plots of the reports, as SVG."""
 
@@ -281,4 +351,5 @@ class FilterModule(object):
         return {
             'report_plot': report_plot,
             'report_plot_available': report_plot_available,
+            'report_plot_inline': report_plot_inline,
         }

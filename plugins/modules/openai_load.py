@@ -122,6 +122,12 @@ options:
     description:
       - Fail when fewer distinct upstreams served requests. Needs O(upstream_header).
     type: int
+  samples:
+    description:
+      - Also return RV(samples), each successful request's own latency, TTFT, output rate and upstream, for a
+        report that draws their distributions.
+    type: bool
+    default: false
 attributes:
   check_mode:
     description: Can run in check mode and return the same result without changing the target.
@@ -286,6 +292,15 @@ failures_sample:
   type: list
   elements: dict
   sample: [{"status": 502, "error": "HTTP 502", "body": "<html>502 Bad Gateway</html>"}]
+samples:
+  description: >-
+    Each successful request's figures, in the order the requests were sent, as lists of the same length:
+    C(latency) and C(ttft) in seconds, C(stream_tokens_per_second) (the rate RV(stream_tokens_per_second)
+    summarises) and C(upstream) (the value of O(upstream_header)); None where not measured.
+  returned: when samples is true
+  type: dict
+  sample: {"latency": [0.41, 0.39], "ttft": [0.1, 0.09], "stream_tokens_per_second": [83.0, 85.2],
+           "upstream": ["10.0.0.11:8000", "10.0.0.13:8000"]}
 threshold_failures:
   description: Every threshold that was not met, with the numbers.
   returned: success
@@ -405,6 +420,18 @@ def inter_token_latency(result):
     return (latency - ttft) / (tokens - 1)
 
 
+def request_samples(ok):
+    """Per successful request, in order: latency, TTFT, output rate and upstream (lists of the same length)."""
+    def r(value, digits):
+        return None if value is None else round(float(value), digits)
+    return {
+        'latency': [r(x.get('latency'), 4) for x in ok],
+        'ttft': [r(x.get('ttft'), 4) for x in ok],
+        'stream_tokens_per_second': [r(stream_rate(x), 2) for x in ok],
+        'upstream': [x.get('upstream') for x in ok],
+    }
+
+
 def aggregate(results, params, duration):
     """Figures over per-request results (pure; unit tested)."""
     total = len(results)
@@ -440,6 +467,8 @@ def aggregate(results, params, duration):
             {'status': r.get('status'), 'error': r.get('error'), 'body': r.get('body')}
             for r in results if not r['ok']][:5],
     }
+    if params.get('samples'):
+        figures['samples'] = request_samples(ok)
     if params.get('upstream_header'):
         spread = {}
         for r in results:
@@ -529,6 +558,7 @@ def main():
         min_stream_tokens_per_second=dict(type='float', no_log=False),
         max_distribution_skew=dict(type='float'),
         min_upstreams=dict(type='int'),
+        samples=dict(type='bool', default=False),
     )
     module, conn = start_module(argument_spec, validate)
     params = module.params

@@ -16,7 +16,7 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "docs" / "variables.md"
 ORDER = ["headless", "network", "firewall", "nvidia_driver", "container_toolkit", "dspark_build",
-         "vllm_service", "nginx_lb", "keepalived", "monitoring", "response_cache"]
+         "vllm_service", "nginx_lb", "vllm_router", "keepalived", "monitoring", "response_cache"]
 
 
 # Ansible's documentation markup (ansible-doc's own syntax) as Markdown. C() code, V() a value,

@@ -31,7 +31,7 @@ LAB_SUBNET=${LAB_SUBNET:-10.89.40.0/24}
 LAB_DEBIAN_MIRROR=${LAB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # inventories/lab: two replicas, each a head and a worker meeting on the fabric (ansible_host and
 # vllm_service_advertise_address there are these addresses).
-LAB_HOSTS=${LAB_HOSTS:-dgx1=10.89.40.11,10.89.41.11 dgx2=10.89.40.12,10.89.41.12 dgx3=10.89.40.13,10.89.41.13 dgx4=10.89.40.14,10.89.41.14 lb1=10.89.40.10}
+LAB_HOSTS=${LAB_HOSTS:-dgx1=10.89.40.11,10.89.41.11 dgx2=10.89.40.12,10.89.41.12 dgx3=10.89.40.13,10.89.41.13 dgx4=10.89.40.14,10.89.41.14 lb1=10.89.40.10 lb2=10.89.40.20}
 LAB_FABRIC_NETWORK=${LAB_FABRIC_NETWORK:-$LAB_NETWORK-fabric}
 LAB_DNS=${LAB_DNS:-0}
 LAB_IMAGE_REPO=${LAB_IMAGE_REPO:-localhost/llmops-lab}

@@ -8,9 +8,10 @@
                        the traffic rule: a target must be loopback or inside one of this machine's
                        podman networks (the lab); anything else is refused before a request is sent
   pct(values, q)       a percentile (linear interpolation)
-  lab_address(host), lab_var(name)
+  lab_address(host), lab_var(name), lab_endpoint()
                        a lab container's management address (podman), a variable of the lab
-                       inventory's group_vars/all.yml: the benchmarks' default targets and keys
+                       inventory's group_vars/all.yml, the URL clients use (the balancers' virtual
+                       address): the benchmarks' default targets and keys
 """
 import ipaddress
 import json
@@ -67,6 +68,14 @@ def lab_var(name):
     """A plain value of the lab inventory's group_vars/all.yml (the lab's keys)."""
     with open(os.path.join(LAB_INVENTORY, "group_vars", "all.yml"), encoding="utf-8") as fh:
         return re.search(r"^%s:\s*(\S+)" % re.escape(name), fh.read(), re.M).group(1)
+
+
+def lab_endpoint():
+    """http://ADDRESS of the lab's endpoint as clients reach it: the balancer pair's virtual address
+    (keepalived_virtual_ipv4 of inventories/lab/group_vars/balancers.yml), else lb1's address."""
+    with open(os.path.join(LAB_INVENTORY, "group_vars", "balancers.yml"), encoding="utf-8") as fh:
+        match = re.search(r"^keepalived_virtual_ipv4:\s*([0-9.]+)/", fh.read(), re.M)
+    return "http://" + (match.group(1) if match else lab_address("lb1"))
 
 
 def check_lab_target(url, nets=None):

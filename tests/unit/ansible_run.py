@@ -108,7 +108,10 @@ def run_inventory_play(inventory_dir, play, extra, work):
     (work / "library").mkdir(exist_ok=True)
     (work / "library" / "inventory_facts.py").write_text(FACTS_MODULE, encoding="utf-8")
     (work / "play.yml").write_text(play, encoding="utf-8")
-    return subprocess.run(["ansible-playbook", "-i", str(inventory_dir), str(work / "play.yml"), "-e", json.dumps(extra)],
+    # From a file: every role's argument spec is more than one command-line argument may hold.
+    (work / "extra.json").write_text(json.dumps(extra), encoding="utf-8")
+    return subprocess.run(["ansible-playbook", "-i", str(inventory_dir), str(work / "play.yml"),
+                           "-e", "@" + str(work / "extra.json")],
                           capture_output=True, text=True, env=ansible_env(work / "library"), check=False, timeout=600)
 
 

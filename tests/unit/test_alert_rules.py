@@ -87,7 +87,7 @@ def test_rules_pass_promtool_unit_tests(promtool, rules_dir):
 EXPECTED_ALERTS = {
     "VLLMQueueGrowing", "VLLMKVCacheNearlyFull", "VLLMReplicaDown", "VLLMTimeToFirstTokenHigh",
     "VLLMSpeculativeAcceptanceLow", "GPUMemoryNearlyFull", "BalancerHigh5xxRatio",
-    "BalancerNginxDown", "ExporterDown",
+    "BalancerNginxDown", "ExporterDown", "EdgeAddressSplitBrain", "EdgeAddressNotHeld", "EdgeSingleBalancer",
 }
 
 

@@ -21,7 +21,7 @@ PLAY = """
     - name: Write the plan
       ansible.builtin.copy:
         content: >-
-          {{ {'services': firewall__services, 'peers': firewall__peers,
+          {{ {'services': firewall__services, 'peers': firewall__peers, 'vrrp': firewall__vrrp,
               'allow': firewall__plan.services | llmops.vllm_cluster.firewall_ip_allow(['engine_api', 'engine_distributed'],
                                                                                      [firewall__peers, firewall__own])} | to_json }}
         dest: "{{ plan_dir }}/{{ inventory_hostname }}.json"
@@ -46,6 +46,7 @@ def plan(tmp_path, inventory, extra=None):
         data = json.loads(path.read_text())
         out[path.stem] = ({s["name"]: s for s in data["services"]}, data["peers"])
         out[path.stem + ".allow"] = data["allow"]
+        out[path.stem + ".vrrp"] = data["vrrp"]
     return proc, out
 
 
@@ -53,7 +54,8 @@ def test_dgx_spark_two_tp2_replicas(tmp_path):
     proc, out = plan(tmp_path, "dgx_spark")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     services, peers = out["dgx1"]
-    assert services["engine_api"]["ports"] == [8000] and services["engine_api"]["v4"] == ["10.0.0.10"]
+    # The engines' API from both balancers of the pair (10.0.0.10 and .11, collapsed) and nobody else.
+    assert services["engine_api"]["ports"] == [8000] and services["engine_api"]["v4"] == ["10.0.0.10/31"]
     # dgx1's replica peer is dgx2, by its management and its fabric address (network_interfaces)
     assert services["engine_distributed"]["ports"] == [29501]
     assert services["engine_distributed"]["v4"] == ["10.0.0.2", "192.168.100.12", "192.168.101.12"]
@@ -65,9 +67,12 @@ def test_dgx_spark_two_tp2_replicas(tmp_path):
     # Prometheus (on loopback by default) and Grafana: only from the monitoring hosts
     assert lb_services["monitoring_ui"]["ports"] == [3000, 9090] and lb_services["monitoring_ui"]["v4"] == ["10.0.0.10"]
     # The engine unit's IPAddressAllow= (vllm_service) from the same plan: the balancer/monitoring
-    # host, the replica peer by all its addresses (management, both fabric ports) and the node's own
+    # hosts (both balancers), the replica peer by all its addresses (management, both fabric ports) and the node's own
     # addresses; nobody else.
-    assert out["dgx1.allow"] == ["10.0.0.1", "10.0.0.2", "10.0.0.10", "192.168.100.11", "192.168.100.12",
+    # VRRP: each balancer of the pair accepts adverts from the other one only; no GPU node takes any.
+    assert out["lb1.vrrp"] == ["10.0.0.11"] and out["lb2.vrrp"] == ["10.0.0.10"]
+    assert out["dgx1.vrrp"] == [] and out["dgx2.vrrp"] == []
+    assert out["dgx1.allow"] == ["10.0.0.1", "10.0.0.2", "10.0.0.10/31", "192.168.100.11", "192.168.100.12",
                                  "192.168.101.11", "192.168.101.12"]
 
 
@@ -76,6 +81,8 @@ def test_dgx_spark_single_has_no_peers(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     services, peers = out["dgx2"]
     assert services["engine_distributed"]["v4"] == [] and peers == {"v4": [], "v6": []}
+    # A lone balancer runs no keepalived: no VRRP rule.
+    assert out["lb1.vrrp"] == []
     assert services["engine_api"]["v4"] == ["10.0.0.10", "10.8.0.0/24"]
 
 
@@ -84,7 +91,8 @@ def test_lab_replica_peers_by_management_and_fabric_address(tmp_path):
     proc, out = plan(tmp_path, "lab")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     services, peers = out["dgx1"]
-    assert services["engine_api"]["v4"] == ["10.89.40.10"]
+    assert services["engine_api"]["v4"] == ["10.89.40.10", "10.89.40.20"]
+    assert out["lb1.vrrp"] == ["10.89.40.20"] and out["lb2.vrrp"] == ["10.89.40.10"] and out["dgx1.vrrp"] == []
     assert services["engine_distributed"]["v4"] == ["10.89.40.12", "10.89.41.12"]
     assert peers["v4"] == ["10.89.40.12", "10.89.41.12"] and out["dgx3"][1]["v4"] == ["10.89.40.14", "10.89.41.14"]
 

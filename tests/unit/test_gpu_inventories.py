@@ -158,6 +158,7 @@ def test_every_role_spec_and_preflight_pass(inventory, tmp_path):
              "ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
              "firewall_gather_facts": False, "vault_vllm_api_key": "preflight-test-engine-key-0001",
              "vault_edge_api_keys": ["preflight-test-edge-key-0001"], "vault_hf_token": "preflight-test-hf-token-0001",
+             "vault_keepalived_auth_pass": "pf-vrrp1",
              # Asked to install, the driver role declines only for DGX OS.
              "nvidia_driver_install": True,
              # The engine unit's required firewall unit is looked up with systemctl on the node; this

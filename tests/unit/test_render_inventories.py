@@ -165,6 +165,7 @@ def rendered(inventory, tmp_path_factory):
              "ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
              "firewall_gather_facts": False,
              "vault_vllm_api_key": "render-test-engine-key-0001", "vault_edge_api_keys": ["render-test-edge-key-0001"],
+             "vault_keepalived_auth_pass": "rt-vrrp1",
              "vault_hf_token": "render-test-hf-token-0001", **_playbook_urls(),
              # The certificate the shipped inventories expect on their balancer: a stand-in for its name.
              **tls_standin(work / "tls", "llm-internal.example.com")}

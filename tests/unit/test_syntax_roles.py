@@ -23,7 +23,8 @@ INVENTORIES = sorted(p.name for p in (ROOT / "inventories").iterdir() if (p / "h
 
 def test_every_role_with_a_preflight_is_checked():
     assert checked_roles() == ["container_toolkit", "dspark_build", "firewall", "headless", "keepalived", "monitoring",
-                               "network", "nginx_lb", "nvidia_driver", "response_cache", "vllm_service"]
+                               "network", "nginx_lb", "nvidia_driver", "response_cache", "vllm_router",
+                               "vllm_service"]
 
 
 @pytest.mark.parametrize("inventory", INVENTORIES + sorted(p.name for p in FIXTURES.iterdir()))

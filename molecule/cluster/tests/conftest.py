@@ -1,7 +1,7 @@
 """The cluster scenario's verify: validate.yml on the whole site, then faults under load.
 
-Load goes only to the scenario's balancer (cluster-lb1, on the podman network this molecule run
-created); the replicas are reached through it. Every fault test adds a row to the fault table that
+Load goes only to the scenario's balancer pair (cluster-lb1 and cluster-lb2) through their virtual
+address, on the podman network this molecule run created; the replicas are reached through it. Every fault test adds a row to the fault table that
 is printed at the end of the run (and written to reports/faults-latest.md):
 fault, requests sent, failed, time to recover.
 """
@@ -14,6 +14,8 @@ from lab_load import Load  # tests/lab, on the verifier's PYTHONPATH
 from lab_testinfra import container_ip
 
 LB = "cluster-lb1"
+# The balancer pair (molecule.yml): clients use the virtual address (host_vars' keepalived_virtual_ipv4).
+BALANCERS = ("cluster-lb1", "cluster-lb2")
 # Two replicas of tensor parallel 2 (molecule.yml): r1 = dgx1 + dgx2, r2 = dgx3 + dgx4.
 HEADS = ("cluster-dgx1", "cluster-dgx3")
 WORKERS = {"cluster-dgx2": "cluster-dgx1", "cluster-dgx4": "cluster-dgx3"}  # worker: its head
@@ -22,6 +24,15 @@ REPLICAS = {"r1": ("cluster-dgx1", "cluster-dgx2"), "r2": ("cluster-dgx3", "clus
 MODEL = "tiny-llama"
 REPO = os.environ.get("MOLECULE_PROJECT_DIRECTORY") or os.path.abspath(
     os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+
+def virtual_address():
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "host_vars", "cluster-lb1.yml"),
+              encoding="utf-8") as fh:
+        return yaml.safe_load(fh)["keepalived_virtual_ipv4"].split("/")[0]
+
+
+VIP = virtual_address()
 
 
 def lab_keys():
@@ -66,7 +77,8 @@ def pytest_terminal_summary(terminalreporter):
 
 @pytest.fixture(scope="session")
 def lb_url():
-    return "http://" + container_ip(LB)
+    """Where clients send their requests: the balancer pair's virtual address."""
+    return "http://" + VIP
 
 
 @pytest.fixture(scope="session")

@@ -170,3 +170,31 @@ def test_roll_plan_of_the_shipped_shape_and_mixed_sizes():
     assert cluster.cluster_roll_plan(replicas, ["dgx4", "stray"], True)["batches"] == [1, 1]
     assert cluster.cluster_roll_plan({}, [], True) == {
         "order": [], "batches": [1], "rolling": True, "replicas": [], "nodes": {}}
+
+
+ENDPOINT_CASES = [
+    # (balancers, hostvars, address, virtual)
+    ([], {}, "", False),
+    (["lb1"], {"lb1": {"ansible_host": "10.0.0.10"}}, "10.0.0.10", False),
+    # A lone balancer with a virtual address set but keepalived not forced: its own address.
+    (["lb1"], {"lb1": {"ansible_host": "10.0.0.10", "keepalived_virtual_ipv4": "10.0.0.20/24"}}, "10.0.0.10", False),
+    (["lb1"], {"lb1": {"ansible_host": "10.0.0.10", "keepalived_virtual_ipv4": "10.0.0.20/24",
+                       "keepalived_enabled": "true"}}, "10.0.0.20", True),
+    (["lb1", "lb2"], {"lb1": {"ansible_host": "10.0.0.10", "keepalived_virtual_ipv4": "10.0.0.20/24"},
+                      "lb2": {"ansible_host": "10.0.0.11"}}, "10.0.0.20", True),
+    (["lb1", "lb2"], {"lb1": {"ansible_host": "10.0.0.10", "keepalived_virtual_ipv4": "fd00::20/64"}},
+     "fd00::20", True),
+    # A pair with keepalived turned off, or no virtual address: the first balancer's own address.
+    (["lb1", "lb2"], {"lb1": {"ansible_host": "10.0.0.10", "keepalived_virtual_ipv4": "10.0.0.20/24",
+                              "keepalived_enabled": False}}, "10.0.0.10", False),
+    (["lb1", "lb2"], {"lb1": {"ansible_host": "10.0.0.10", "keepalived_virtual_ipv4": ""}}, "10.0.0.10", False),
+    (["lb1", "lb2"], {"lb1": {"ansible_host": "10.0.0.10", "keepalived_virtual_ipv4": "not-an-address"}},
+     "10.0.0.10", False),
+    (["lb1", "lb2"], {}, "lb1", False),
+]
+
+
+@pytest.mark.parametrize("balancers, hostvars, address, virtual", ENDPOINT_CASES)
+def test_endpoint(balancers, hostvars, address, virtual):
+    out = cluster.cluster_endpoint(hostvars, balancers)
+    assert out["address"] == address and out["virtual"] is virtual and out["balancers"] == balancers

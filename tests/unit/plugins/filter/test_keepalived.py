@@ -134,6 +134,12 @@ def test_a_good_pair_has_no_errors():
     ({"keepalived_check_url": "http://127.0.0.1"}, "keepalived_check_url: 'http://127.0.0.1' is not an http://"),
     ({"keepalived_check_url": "http://10.0.0.100:80/lb-health"}, "keepalived_check_url: 10.0.0.100 is the virtual address"),
     ({"keepalived_check_url": "http://10.0.0.12/lb-health"}, "keepalived_check_url: 10.0.0.12 is the address of lb2"),
+    ({"keepalived_check_upstream_url": "udp://127.0.0.1/x"},
+     "keepalived_check_upstream_url: 'udp://127.0.0.1/x' is not an http://"),
+    ({"keepalived_check_upstream_url": "http://10.0.0.100:8081/upstream-health"},
+     "keepalived_check_upstream_url: 10.0.0.100 is the virtual address"),
+    ({"keepalived_check_upstream_url": "http://10.0.0.12:8081/upstream-health"},
+     "keepalived_check_upstream_url: 10.0.0.12 is the address of lb2"),
 ])
 def test_each_bad_setting_is_named(over, message):
     found = errors(**over)
@@ -152,6 +158,11 @@ def test_a_long_password_is_refused_with_keepalived_limit_and_never_shown():
 
 def test_the_check_may_name_this_host_own_address():
     assert errors(keepalived_check_url="http://10.0.0.11:80/lb-health") == []
+
+
+def test_the_upstream_check_is_optional():
+    assert errors(keepalived_check_upstream_url="") == []
+    assert errors(keepalived_check_upstream_url="http://127.0.0.1:8081/upstream-health") == []
 
 
 def test_a_host_outside_the_group_is_refused():

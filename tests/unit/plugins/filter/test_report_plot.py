@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+import re
 import sys
 import xml.etree.ElementTree as ET
 
@@ -34,7 +35,7 @@ def texts(svg):
 
 
 def test_filters_exported():
-    assert set(FILTERS) == {"report_plot", "report_plot_available"}
+    assert set(FILTERS) == {"report_plot", "report_plot_available", "report_plot_inline"}
 
 
 @needs_matplotlib
@@ -126,6 +127,21 @@ def test_hist_single_sample_and_empty_series():
     ({"kind": "hist", "logy": True, "series": [{"label": "a", "samples": [None]}]}, "logy", ["at least one sample"]),
     ({"kind": "hist", "series": [{"label": "a", "samples": [1, "x"]}]}, "series[0].samples[1]", ["number or None"]),
     ({"kind": "hist", "series": [{"label": "s%d" % i, "samples": [1]} for i in range(21)]}, "series", ["at most 20"]),
+    ({"kind": "hist", "lines": {"label": "a", "x": 1}, "series": [{"label": "a", "samples": [1]}]}, "lines",
+     ["list of {label, x} or {label, y}"]),
+    ({"kind": "hist", "lines": ["a"], "series": [{"label": "a", "samples": [1]}]}, "lines[0]", ["must be a dict"]),
+    ({"kind": "hist", "lines": [{"x": 1}], "series": [{"label": "a", "samples": [1]}]}, "lines[0].label", ["non-empty"]),
+    ({"kind": "hist", "lines": [{"label": "a", "x": 1, "y": 2}], "series": [{"label": "a", "samples": [1]}]}, "lines[0]",
+     ["exactly one of x", "got x, y"]),
+    ({"kind": "hist", "lines": [{"label": "a"}], "series": [{"label": "a", "samples": [1]}]}, "lines[0]", ["got neither"]),
+    ({"kind": "hist", "lines": [{"label": "a", "x": "70"}], "series": [{"label": "a", "samples": [1]}]}, "lines[0].x",
+     ["must be a number", "'70'"]),
+    ({"kind": "hist", "lines": [{"label": "a", "x": 1, "colour": "red"}], "series": [{"label": "a", "samples": [1]}]},
+     "lines[0]", ["unknown key", "colour"]),
+    ({"kind": "bar", "categories": ["a"], "lines": [{"label": "even", "x": 1}], "series": [{"label": "a", "values": [1]}]},
+     "lines[0].x", ["categories", "use y"]),
+    ({"kind": "line", "lines": [{"label": "l%d" % i, "y": i} for i in range(21)], "series": [{"label": "a", "x": [1], "y": [1]}]},
+     "lines", ["at most 20"]),
 ])
 def test_bad_spec_names_the_field(spec, field, words):
     """Validation comes before matplotlib: these run without it too."""
@@ -203,6 +219,9 @@ def random_spec(rng):
         spec["logy"] = any(v is not None and (kind == "hist" or v > 0) for s in spec["series"] for v in s[key])
     if rng.random() < 0.2:
         spec["width"], spec["height"] = rng.uniform(3, 12), rng.uniform(2, 8)
+    if rng.random() < 0.3:
+        spec["lines"] = [{"label": "ref %d" % i, ("y" if kind == "bar" or rng.random() < 0.5 else "x"): _value(rng)}
+                         for i in range(rng.randint(1, 3))]
     return spec
 
 
@@ -212,4 +231,79 @@ def test_random_specs_give_svg(seed):
     spec = random_spec(random.Random(seed))
     _root, strings = texts(report_plot.report_plot(spec))
     assert spec["title"] in strings, spec
-    assert {s["label"] for s in spec["series"]} <= set(strings), spec
+    assert {s["label"] for s in spec["series"] + spec.get("lines", [])} <= set(strings), spec
+
+
+@needs_matplotlib
+@pytest.mark.parametrize("spec", [
+    dict(HIST, lines=[{"label": "limit 1.5 s", "x": 1.5}, {"label": "mean $0.4 s", "x": 0.4}]),
+    dict(BAR, lines=[{"label": "even share 0.5", "y": 0.5}]),
+    dict(LINE, lines=[{"label": "target", "y": 300}, {"label": "c=8", "x": 8}]),
+], ids=["hist", "bar", "line"])
+def test_reference_lines_are_drawn_and_named(spec):
+    """Each line is in the legend (its label literal: '$' is no math mode) and drawn dashed over the data."""
+    root, strings = texts(report_plot.report_plot(spec))
+    for line in spec["lines"]:
+        assert line["label"] in strings, strings
+    dashed = [p for p in root.iter(SVG + "path") if "stroke-dasharray" in (p.get("style") or "")]
+    assert len(dashed) >= 2 * len(spec["lines"]), "a line and its legend sample each"  # plot + legend
+    assert report_plot.report_plot(spec) == report_plot.report_plot(spec)
+
+
+@needs_matplotlib
+def test_a_line_far_from_the_data_stretches_the_axis():
+    """A threshold at 70 tok/s beside streams at 5-8 tok/s is still shown (the axis reaches it)."""
+    spec = {"kind": "hist", "series": [{"label": "streams", "samples": [5, 6, 7, 8]}],
+            "lines": [{"label": "at least 70", "x": 70}]}
+    _root, strings = texts(report_plot.report_plot(spec))
+    ticks = [float(t.replace("\u2212", "-")) for t in strings if t.replace(".", "", 1).replace("\u2212", "").isdigit()]
+    assert max(ticks) >= 70, strings
+
+
+def test_lines_validated_without_matplotlib():
+    plot = report_plot._validate(dict(HIST, lines=[{"label": "limit", "x": 2}, {"label": "n", "y": 3.5}]))
+    assert plot["lines"] == [{"label": "limit", "axis": "x", "value": 2.0}, {"label": "n", "axis": "y", "value": 3.5}]
+    assert report_plot._validate(HIST)["lines"] == []
+
+
+@needs_matplotlib
+def test_inline_element_for_html():
+    svg = report_plot.report_plot(dict(HIST, lines=[{"label": "limit", "x": 1.5}]))
+    element = report_plot.report_plot_inline(svg)
+    assert element.startswith("<svg ") and element.endswith("</svg>\n")
+    assert "<?xml" not in element and "<!DOCTYPE" not in element and "<metadata>" not in element
+    ET.fromstring(element.encode("utf-8"))
+    ids = re.findall(r'\bid="([^"]+)"', element)
+    prefixed = report_plot.report_plot_inline(svg, "plot-latency")
+    assert re.findall(r'\bid="([^"]+)"', prefixed) == ["plot-latency-" + i for i in ids]
+    refs = re.findall(r"url\(#([^)]+)\)", prefixed)
+    assert refs and all(r.startswith("plot-latency-") for r in refs)
+    assert set(refs) <= set(re.findall(r'\bid="([^"]+)"', prefixed)), "every reference points at an element of the plot"
+    # Two plots of the same size share matplotlib's clip-path ids; prefixed, one page holds both.
+    other = report_plot.report_plot_inline(report_plot.report_plot(BAR), "plot-replicas")
+    assert not set(re.findall(r'\bid="([^"]+)"', prefixed)) & set(re.findall(r'\bid="([^"]+)"', other))
+    assert report_plot.report_plot_inline(svg, None) == element
+
+
+@pytest.mark.parametrize("svg, prefix, words", [
+    (None, "", ["must be an SVG document"]),
+    ("<html></html>", "", ["must be an SVG document", "<html>"]),
+    ("<svg></svg>", "1plot", ["prefix must be a letter", "'1plot'"]),
+    ("<svg></svg>", "a b", ["prefix must be a letter"]),
+    ("<svg></svg>", 5, ["prefix must be a letter"]),
+])
+def test_inline_refuses_what_it_cannot_place(svg, prefix, words):
+    with pytest.raises(AnsibleFilterError) as err:
+        report_plot.report_plot_inline(svg, prefix)
+    message = str(err.value)
+    assert message.startswith("report_plot_inline: "), message
+    for word in words:
+        assert word in message, message
+
+
+def test_inline_of_a_small_document():
+    doc = ('<?xml version="1.0"?>\n<!DOCTYPE svg>\n<svg xmlns="http://www.w3.org/2000/svg"><metadata>x</metadata>'
+           '<defs><clipPath id="c1"/></defs><g id="g" clip-path="url(#c1)"><use xlink:href="#g"/></g></svg>')
+    assert report_plot.report_plot_inline(doc, "p") == (
+        '<svg xmlns="http://www.w3.org/2000/svg"><defs><clipPath id="p-c1"/></defs>'
+        '<g id="p-g" clip-path="url(#p-c1)"><use xlink:href="#p-g"/></g></svg>\n')

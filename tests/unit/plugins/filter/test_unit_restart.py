@@ -32,9 +32,12 @@ RESTARTS = {
     "llmops-dcgm-exporter": ("dropin", "monitoring_base/tasks/service.yml", "monitoring_base_units"),
     "redis-server": ("dropin", "response_cache/tasks/service.yml", "['redis-server']"),
     "{{ response_cache__unit }}": ("unit", "response_cache/templates/llmops-response-cache.service.j2"),
+    "{{ vllm_router__unit }}": ("unit", "vllm_router/templates/vllm-router.service.j2"),
     "{{ vllm_service_unit }}": ("dropin", "vllm_service/tasks/configure.yml", "[vllm_service_unit]"),
     "{{ vllm_service_unit }}-head-watch": ("dropin", "vllm_service/tasks/configure.yml",
                                            "[vllm_service_unit ~ '-head-watch']"),
+    "{{ keepalived__metrics_unit }}.timer": ("oneshot", "a timer: systemd starts its oneshot service (writes a "
+                                                        "metrics file and exits) every keepalived_metrics_interval s"),
     "{{ firewall_unit }}": ("oneshot", "loads the nftables table and exits (Type=oneshot, RemainAfterExit)"),
     "docker": ("vendor", "Docker's own unit restarts itself (Restart=always); the role only configures the runtime"),
     "systemd-networkd": ("vendor", "part of systemd, restarted by systemd itself (Restart=on-failure in its unit)"),

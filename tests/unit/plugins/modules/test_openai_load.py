@@ -218,3 +218,25 @@ def test_itl_through_the_module(openai_server, run_module):
     assert not failed, result
     # Each stream's gaps are the stand-in's 0.02 s between tokens (and a little for the network).
     assert result['itl']['count'] == 4 and 0.02 <= result['itl']['p50'] < 0.2, result['itl']
+
+
+def test_samples_per_successful_request_only_when_asked():
+    results = [_ok(1.0, decode=80.0, upstream='a'), _ok(2.5, decode=None, total=6.4, upstream='b'),
+               {'sent': True, 'ok': False, 'status': 503, 'error': 'HTTP 503', 'latency': 0.01, 'output_tokens': 0},
+               dict(_ok(0.123456), ttft=None, decode_tokens_per_second=None, tokens_per_second=None)]
+    assert 'samples' not in openai_load.aggregate(results, {}, 2.0)
+    samples = openai_load.aggregate(results, {'samples': True}, 2.0)['samples']
+    assert samples == {'latency': [1.0, 2.5, 0.1235], 'ttft': [0.1, 0.1, None],
+                       'stream_tokens_per_second': [80.0, 6.4, None], 'upstream': ['a', 'b', 'a']}
+
+
+def test_samples_through_the_module(openai_server, run_module):
+    st = openai_server
+    st.upstreams = ['10.0.0.1:8000', '10.0.0.2:8000']
+    result, failed = run_module(openai_load, args(st, requests=6, concurrency=3, upstream_header='X-Upstream', samples=True))
+    assert not failed, result
+    samples = result['samples']
+    assert all(len(samples[k]) == 6 for k in ('latency', 'ttft', 'stream_tokens_per_second', 'upstream')), samples
+    assert sorted(set(samples['upstream'])) == st.upstreams and all(v > 0 for v in samples['latency'])
+    result, failed = run_module(openai_load, args(st, requests=2, concurrency=2))
+    assert not failed and 'samples' not in result
