@@ -25,6 +25,8 @@ from urllib.parse import urlsplit
 
 from ansible.errors import AnsibleFilterError, AnsibleUndefinedVariable
 
+from ansible_collections.llmops.vllm_cluster.plugins.plugin_utils._jinja_values import strict_int as _int
+
 # keepalived reads at most 8 characters of auth_pass (PASS and AH alike) and truncates the rest.
 AUTH_PASS_MAX = 8
 AUTH_TYPES = ("PASS", "AH")
@@ -33,14 +35,6 @@ AUTH_TYPES = ("PASS", "AH")
 SHARED = ("keepalived_virtual_ipv4", "keepalived_virtual_ipv6", "keepalived_virtual_router_id",
           "keepalived_auth_type", "keepalived_auth_pass")
 SECRET = ("keepalived_auth_pass",)
-
-
-def _int(value):
-    if isinstance(value, bool):
-        raise ValueError(value)
-    if isinstance(value, float) and not value.is_integer():
-        raise ValueError(value)
-    return int(value)
 
 
 def keepalived_priority(members, host, top=150, step=10):

@@ -24,6 +24,8 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.llmops.vllm_cluster.plugins.plugin_utils._jinja_values import strict_int as _int
+
 # nginx_lb_routing: least_conn is nginx's own balancing (no router); the others map to a policy of
 # vllm-router 0.1.17 (`--policy {random,round_robin,cache_aware,kv_aware,power_of_two,consistent_hash,
 # sticky_least_loaded}`).
@@ -65,14 +67,6 @@ INTEGERS = {
     "vllm_router_balance_abs_threshold": (0, 1000000),
 }
 FLOATS = {"vllm_router_cache_threshold": (0.0, 1.0), "vllm_router_balance_rel_threshold": (1.0, 1000.0)}
-
-
-def _int(value):
-    if isinstance(value, bool):
-        raise ValueError(value)
-    if isinstance(value, float) and not value.is_integer():
-        raise ValueError(value)
-    return int(value)
 
 
 def _float(value):

@@ -16,3 +16,13 @@ def jinja_int(value):
             return int(float(value))
         except (TypeError, ValueError):
             return 0
+
+
+def strict_int(value):
+    """The integer a setting holds, as int() reads it (an int, or a string of one); ValueError for a
+    boolean or a float with a fraction, which int() would take silently."""
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(value)
+    return int(value)
