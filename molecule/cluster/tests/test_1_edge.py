@@ -81,15 +81,16 @@ def prometheus(query):
 def test_prometheus_reads_the_pair_state_from_both_balancers():
     deadline = time.monotonic() + 120
     while True:
-        held = prometheus('llmops_keepalived_vip_held{address="%s"}' % VIP)
-        ready = prometheus("llmops_keepalived_up * llmops_keepalived_check_ok")
+        # The series of the role's own scrape jobs (host=): the alerts count only those.
+        held = prometheus('llmops_keepalived_vip_held{address="%s",host=~"cluster-lb[12]"}' % VIP)
+        ready = prometheus('llmops_keepalived_up{host=~"cluster-lb[12]"} * llmops_keepalived_check_ok{host=~"cluster-lb[12]"}')
         if (len(held) == 2 and sum(float(r["value"][1]) for r in held) == 1
                 and len(ready) == 2 and all(r["value"][1] == "1" for r in ready)) or time.monotonic() > deadline:
             break
         time.sleep(5)
     assert len(held) == 2 and sum(float(r["value"][1]) for r in held) == 1, held
     assert len(ready) == 2 and all(r["value"][1] == "1" for r in ready), ready
-    members = prometheus("llmops_keepalived_members")
+    members = prometheus('llmops_keepalived_members{host=~"cluster-lb[12]"}')
     assert {r["value"][1] for r in members} == {"2"}, members
     # The edge alerts are loaded, and none fires on a healthy pair.
     loaded = host("cluster-lb1").check_output(
