@@ -51,11 +51,13 @@ def test_the_track_script_runs_unprivileged_and_is_accepted(lab_host, name):
     journal = host.check_output("journalctl -u keepalived --no-pager -o cat")
     assert "VRRP_Script(llmops_nginx) succeeded" in journal
     assert "insecure" not in journal.lower() and "Disabling track script" not in journal, journal[-3000:]
-    # Caught running (a tenth of a second every second): as the script user, never root. The pattern
-    # [k]eepalived... does not match this loop's own command line.
+    # Caught running (a tenth of a second every second): as the script user, never root, whether
+    # keepalived or the metrics timer runs it. The pattern (the interpreter, then the script) matches
+    # neither this loop's own command line nor the metrics script, which names the check as an argument.
     seen = host.check_output(
         "end=$(( $(date +%s) + 30 )); n=0; while [ $(date +%s) -lt $end ] && [ $n -lt 3 ]; do "
-        "for p in $(pgrep -f '[k]eepalived-check-nginx'); do u=$(ps -o user= -p $p); "
+        "for p in $(pgrep -f '^/usr/bin/python3 -I /usr/local/libexec/llmops/[k]eepalived-check-nginx'); do "
+        "u=$(ps -o user= -p $p); "
         "[ -n \"$u\" ] && echo \"$u\" && n=$((n + 1)); done; sleep 0.05; done")
     assert seen, "the track script was not seen running in 30 s"
     assert set(seen.split()) == {"keepalived_script"}, seen

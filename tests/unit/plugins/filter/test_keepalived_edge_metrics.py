@@ -5,9 +5,13 @@ timer runs it (python3 -I), with a stand-in track check, into a temporary direct
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import types
+
+import pytest
 
 SCRIPT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "keepalived",
                                       "files", "keepalived-edge-metrics"))
@@ -67,3 +71,26 @@ def test_script_refuses_missing_arguments(tmp_path):
     res = subprocess.run([sys.executable, "-I", SCRIPT, str(tmp_path / "x.prom"), "two"], capture_output=True,
                          text=True, check=False)
     assert res.returncode == 2 and "usage" in res.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"),
+                    reason="switching to another user needs root, and an interpreter any user may run")
+def test_the_checks_run_as_keepalived_check_user(tmp_path):
+    # A stand-in check that passes only when it does not run as root, in a directory any user may read.
+    shared = tempfile.mkdtemp(prefix="edge-metrics-")
+    try:
+        os.chmod(shared, 0o755)
+        check = os.path.join(shared, "check")
+        with open(check, "w", encoding="utf-8") as fh:
+            fh.write("import os, sys\nsys.exit(0 if os.getuid() != 0 else 1)\n")
+        os.chmod(check, 0o644)
+        out = tmp_path / "m.prom"
+        for user, ok in (("", 0), ("nobody", 1)):
+            env = dict(os.environ, KEEPALIVED_CHECK_USER=user)
+            # The distribution's interpreter, as on a balancer (this venv's may sit in root's home).
+            res = subprocess.run(["/usr/bin/python3", "-I", SCRIPT, str(out), "2", check, "http://x", "192.0.2.254"],
+                                 capture_output=True, text=True, check=False, env=env)
+            assert res.returncode == 0, res.stderr
+            assert 'llmops_keepalived_check_ok{address="192.0.2.254"} %d' % ok in out.read_text(encoding="ascii")
+    finally:
+        shutil.rmtree(shared)
