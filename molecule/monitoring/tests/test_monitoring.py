@@ -20,7 +20,7 @@ SCENARIO = os.path.join(ROOT, "molecule", "monitoring")
 EXPECTED_ALERTS = {
     "VLLMQueueGrowing", "VLLMKVCacheNearlyFull", "VLLMReplicaDown", "VLLMTimeToFirstTokenHigh",
     "VLLMSpeculativeAcceptanceLow", "GPUMemoryNearlyFull", "BalancerHigh5xxRatio",
-    "BalancerNginxDown", "ExporterDown",
+    "BalancerNginxDown", "ExporterDown", "EdgeAddressSplitBrain", "EdgeAddressNotHeld", "EdgeSingleBalancer",
 }
 
 
