@@ -143,6 +143,20 @@ def role_play(role, hosts="all", gather_facts=False):
             % (role, hosts, str(bool(gather_facts)).lower(), role))
 
 
+def report_table(terminalreporter, title, lines, path):
+    """A scenario's table of measures at the end of its pytest run, and the same lines in PATH (beside
+    the scenario's log); a file that cannot be written is left out."""
+    terminalreporter.write_sep("=", title)
+    for line in lines:
+        terminalreporter.write_line(line)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write("\n".join(lines) + "\n")
+    except OSError:
+        pass
+
+
 def container_ip(name):
     """The address of lab container NAME on its (first) podman network: for real HTTP from this machine."""
     out = subprocess.run(

@@ -11,6 +11,7 @@ import os
 import time
 
 import pytest
+from lab_testinfra import report_table  # tests/lab, on the verifier's PYTHONPATH
 
 LBS = ("keepalived-lb1", "keepalived-lb2")
 ADDRESS = {"keepalived-lb1": "10.89.211.11", "keepalived-lb2": "10.89.211.12"}  # molecule.yml: ansible_host
@@ -32,15 +33,7 @@ def pytest_terminal_summary(terminalreporter):
     lines = [head, "-" * len(head)]
     for fault, src, dst, master, outage in MEASURES:
         lines.append(f"{fault:44} {src:15} {dst:15} {_secs(master):>10} {_secs(outage):>14}")
-    terminalreporter.write_sep("=", "keepalived failover (virtual address %s)" % VIP)
-    for line in lines:
-        terminalreporter.write_line(line)
-    try:
-        os.makedirs(os.path.dirname(MEASURES_FILE), exist_ok=True)
-        with open(MEASURES_FILE, "w", encoding="utf-8") as fh:
-            fh.write("\n".join(lines) + "\n")
-    except OSError:
-        pass
+    report_table(terminalreporter, "keepalived failover (virtual address %s)" % VIP, lines, MEASURES_FILE)
 
 
 def _secs(value):

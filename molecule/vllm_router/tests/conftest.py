@@ -13,6 +13,7 @@ import subprocess
 import time
 
 import pytest
+from lab_testinfra import report_table  # tests/lab, on the verifier's PYTHONPATH
 
 LB = "router-lb1"
 HEADS_HOST = "router-heads"
@@ -37,16 +38,8 @@ MEASURES = []  # (what, figure)
 def pytest_terminal_summary(terminalreporter):
     if not MEASURES:
         return
-    terminalreporter.write_sep("=", "vllm_router measures (vllm-router behind the balancer, stand-in heads)")
-    lines = ["%-48s %s" % (what, figure) for what, figure in MEASURES]
-    for line in lines:
-        terminalreporter.write_line(line)
-    try:
-        os.makedirs(os.path.dirname(MEASURES_FILE), exist_ok=True)
-        with open(MEASURES_FILE, "w", encoding="utf-8") as fh:
-            fh.write("\n".join(lines) + "\n")
-    except OSError:
-        pass
+    report_table(terminalreporter, "vllm_router measures (vllm-router behind the balancer, stand-in heads)",
+                 ["%-48s %s" % (what, figure) for what, figure in MEASURES], MEASURES_FILE)
 
 
 def record(what, figure):
