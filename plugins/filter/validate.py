@@ -14,6 +14,10 @@ over the replicas and the report's plots. Pure functions of their inputs (the te
   validate_distribution(load, replicas)            -> the requests each replica served, named by replica
   validate_plots(load, settings, replicas)         -> report_plot specs: latency histogram, tok/s per stream
                                                       histogram with its threshold, requests per replica
+  validate_routed_load(load, replicas, before, after, settings)
+                                                   -> the load with the requests per replica counted by the
+                                                      heads' own counters (behind vLLM's router nginx names
+                                                      the router, not the head)
 
 settings: the validation settings (validate.yml's validate_settings: min_success_ratio, requests,
 max_mean_latency, ... with None for a threshold not set). load: the result of openai_load (latency, ttft,
@@ -31,6 +35,7 @@ import math
 import numbers
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.llmops.vllm_cluster.plugins.module_utils._stats import distribution_skew
 
 YES = 'yes'
 NO = 'NO'
@@ -425,6 +430,55 @@ def validate_plots(load, settings, replicas=None):
     return plots
 
 
+def _served_total(result):
+    value = _num(_dict(_dict(result).get('figures')).get('requests_success_total'))
+    return value if value is not None and value >= 0 else None
+
+
+def validate_routed_load(load, replicas, before, after, settings=None):
+    """The load's requests per replica from each head's finished-request counter (vllm_metrics'
+    requests_success_total after the load less before it), for a balancer that sends requests through
+    vLLM's router: nginx's upstream header then names the router. upstreams is keyed like nginx's
+    (each replica row's upstream), distribution_skew recomputed, and threshold_failures gains
+    min_upstreams (a replica that served none, or one whose counters could not be read) and
+    max_distribution_skew (over settings' limit). Requests other clients sent meanwhile count too."""
+    if not isinstance(replicas, list):
+        _fail('validate_routed_load', 'replicas must be the rows of cluster_replica_report, got %r' % (replicas,))
+    result = dict(_dict(load))
+    before, after, settings = _dict(before), _dict(after), _dict(settings)
+    failures = [m for m in (result.get('threshold_failures') or [])
+                if str(m).split(':', 1)[0].strip() not in ('min_upstreams', 'max_distribution_skew')]
+    counts, unread = {}, []
+    for row in replicas:
+        row = _dict(row)
+        head = row.get('head')
+        start, end = _served_total(before.get(head)), _served_total(after.get(head))
+        if start is None or end is None or end < start:
+            unread.append(str(head))
+            continue
+        counts[str(row.get('upstream'))] = int(end - start)
+    result['upstreams_counted_by'] = 'engine counters'
+    if unread or not replicas:
+        result['upstreams'] = None
+        result['distribution_skew'] = None
+        failures.append('min_upstreams: the requests per replica could not be counted (no /metrics before and after '
+                        'the load from %s)' % (', '.join(unread) or 'any head'))
+    else:
+        result['upstreams'] = counts
+        skew = distribution_skew(counts.values())
+        result['distribution_skew'] = round(skew, 4) if skew is not None else None
+        idle = sorted(u for u, c in counts.items() if c == 0)
+        if idle:
+            failures.append('min_upstreams: %d of %d replicas served requests (none: %s)'
+                            % (len(counts) - len(idle), len(counts), ', '.join(idle)))
+        limit = _num(settings.get('max_distribution_skew'))
+        if limit is not None and (result['distribution_skew'] is None or result['distribution_skew'] > limit):
+            failures.append('max_distribution_skew: skew %s exceeds %s; requests per replica %s'
+                            % (result['distribution_skew'], limit, counts))
+    result['threshold_failures'] = failures
+    return result
+
+
 class FilterModule(object):
     """The validation report's judgement and plots."""
 
@@ -436,4 +490,5 @@ class FilterModule(object):
             'validate_verdict': validate_verdict,
             'validate_distribution': validate_distribution,
             'validate_plots': validate_plots,
+            'validate_routed_load': validate_routed_load,
         }

@@ -50,6 +50,8 @@ COMMON = (
     ("vllm_router_health_check_timeout", "--health-check-timeout-secs"),
     ("vllm_router_health_failure_threshold", "--health-failure-threshold"),
     ("vllm_router_health_success_threshold", "--health-success-threshold"),
+    ("vllm_router_cb_failure_threshold", "--cb-failure-threshold"),
+    ("vllm_router_cb_timeout", "--cb-timeout-duration-secs"),
     ("vllm_router_worker_startup_timeout", "--worker-startup-timeout-secs"),
     ("vllm_router_request_timeout", "--request-timeout-secs"),
     ("vllm_router_log_level", "--log-level"),
@@ -63,6 +65,7 @@ INTEGERS = {
     "vllm_router_port": (1, 65535), "vllm_router_metrics_port": (1, 65535),
     "vllm_router_health_check_interval": (1, 3600), "vllm_router_health_check_timeout": (1, 3600),
     "vllm_router_health_failure_threshold": (1, 100), "vllm_router_health_success_threshold": (1, 100),
+    "vllm_router_cb_failure_threshold": (1, 100), "vllm_router_cb_timeout": (1, 3600),
     "vllm_router_worker_startup_timeout": (1, 86400), "vllm_router_request_timeout": (1, 86400),
     "vllm_router_balance_abs_threshold": (0, 1000000),
 }

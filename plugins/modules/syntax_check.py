@@ -35,8 +35,8 @@ options:
   playbook:
     description:
       - The playbook of this collection whose own variables are checked (C(upgrade), C(tune_speculative), C(measure)
-        for the measuring tasks they share, C(validate), C(maintenance), C(monitoring_backup) for both monitoring
-        backup playbooks), as the collection's C(playbooks/vars/argument_specs.yml) declares them.
+        for the measuring tasks they share, C(validate), C(maintenance), C(reset), C(monitoring_backup) for both
+        monitoring backup playbooks), as the collection's C(playbooks/vars/argument_specs.yml) declares them.
     type: str
 attributes:
   check_mode:

@@ -16,6 +16,8 @@ A class reference in the table is a string:
   float LO..HI    a number within bounds; LO< or <HI makes the bound open
   choice          one of the option's choices in the argument spec
   bool            a boolean as Ansible reads one
+A variable with a class of its own and one for its items (`var` and `var[]`) takes either: a value of
+the first, or a list (or a comma-separated string) of the second.
 """
 
 from __future__ import annotations
@@ -495,6 +497,10 @@ def check_value(ref, value, choices=None):
         return None if (value in TRUE or value in FALSE or
                         (isinstance(value, str) and value.lower() in TRUE + FALSE)) else False
     if kind == 'choice':
+        if isinstance(value, bool) and not any(c is value for c in choices or []):
+            # YAML reads yes and no as booleans: like Ansible, the one choice the boolean can mean
+            words = TRUE if value else FALSE
+            return None if len([c for c in choices or [] if isinstance(c, str) and c.lower() in words]) == 1 else False
         return None if value in (choices or []) else False
     if detail.name in STRUCTURED:
         return None if detail.check(value) else False
@@ -551,7 +557,11 @@ class Checker(object):
         ref = self._ref(pat, spec)
         kind, detail = parse_ref(ref)[1:] if ref is not None else (None, None)
         structured = kind == 'class' and detail.name in STRUCTURED
-        if ref is not None and (structured or not isinstance(value, (list, tuple, dict))):
+        # A variable with both a scalar class and an item class (reset_remove_data: true, or
+        # models,caches): a string its scalar class refuses is read as a comma-separated list.
+        as_list = (ref is not None and isinstance(value, str) and pat + '[]' in self.table
+                   and check_value(ref, value, spec.get('choices')) is False)
+        if ref is not None and not as_list and (structured or not isinstance(value, (list, tuple, dict))):
             self.checked += 1
             if check_value(ref, value, spec.get('choices')) is False:
                 self._fail(disp, value, ref, spec.get('choices'), hidden)
@@ -616,6 +626,10 @@ def summary(table, path, spec):
     own = dict((k, v) for k, v in table.items() if k == path or k.startswith(path + '.') or k.startswith(path + '['))
     if not own:
         return None
+    if sorted(own) == [path, path + '[]']:
+        # a scalar or a list (Checker.walk reads a string its scalar class refuses as a list)
+        return '%s; or a list or comma-separated string, each item %s.' % (
+            describe(own[path], spec.get('choices')), describe(own[path + '[]'], spec.get('choices')))
     subs = spec.get('options') or {}
     parts = []
     items = all(k[len(path):].startswith('[]') for k in own)
@@ -629,7 +643,8 @@ def summary(table, path, spec):
         words = [w.replace('[]', ' items').replace('<key>', 'keys').replace('*', 'other values')
                  for w in rest.lstrip('.').split('.') if w]
         label = ' '.join(words)
-        parts.append((label + ' - ' if label else '') + describe(own[key]))
+        parts.append((label + ' - ' if label else '') + describe(own[key], spec.get('choices') if key in (
+            path, path + '[]') else None))
     if items and parts:
         parts[0] = 'each item: ' + parts[0]
     return '; '.join(parts) + '.' if parts else None

@@ -205,6 +205,9 @@ TABLE = {
         'monitoring_alert_exporter_down_for': 'prom_duration',
         'monitoring_alert_edge_address_for': 'prom_duration',
         'monitoring_alert_edge_single_for': 'prom_duration',
+        'monitoring_alert_vllm_router_down_for': 'prom_duration',
+        'monitoring_alert_vllm_router_stale_seconds': 'int 30..86400',
+        'monitoring_alert_vllm_router_no_worker_for': 'prom_duration',
         'monitoring_alert_rate_window': 'prom_duration',
         'monitoring_runbook_base_url': '?http_url',
         'monitoring_rule_groups_extra': 'rule_data',
@@ -257,6 +260,8 @@ TABLE = {
         'nginx_lb_backends[].name': '?inventory_host',
         'nginx_lb_backends[].*': 'flag_value',
         'nginx_lb_upstream_name': 'nginx_name',
+        'nginx_lb_router_port': 'int 1..65535',
+        'nginx_lb_router_fail_timeout': 'int 1..3600',
         'nginx_lb_keepalive': 'int 0..100000',
         'nginx_lb_keepalive_timeout': 'int 1..3600',
         'nginx_lb_keepalive_requests': 'int 1..10000000',
@@ -375,6 +380,8 @@ TABLE = {
         'vllm_router_health_check_timeout': 'int 1..3600',
         'vllm_router_health_failure_threshold': 'int 1..100',
         'vllm_router_health_success_threshold': 'int 1..100',
+        'vllm_router_cb_failure_threshold': 'int 1..100',
+        'vllm_router_cb_timeout': 'int 1..3600',
         'vllm_router_worker_startup_timeout': 'int 1..86400',
         'vllm_router_request_timeout': 'int 1..86400',
         'vllm_router_limit_nofile': 'int 1024..1048576',
@@ -383,6 +390,8 @@ TABLE = {
         'vllm_router_start_limit_burst': 'int 1..100',
         'vllm_router_start_limit_interval': 'int 1..86400',
         'vllm_router_start_timeout': 'int 10..3600',
+        'vllm_router_metrics_dir': '?owned_dir',
+        'vllm_router_metrics_interval': 'int 2..60',
     },
     'vllm_service': dict(
         _prefixed('vllm_service_model_stage.', _STAGE),
@@ -542,6 +551,13 @@ PLAYBOOKS = {
     },
     'maintenance': {
         'maintenance_replicas[]': 'inventory_host',
+    },
+    # reset_remove_packages and reset_partial_replicas: bool (their spec). reset_confirm may be unset
+    # or empty (--check alone); reset_remove_data is true or false, or the kinds of data to remove.
+    'reset': {
+        'reset_confirm': '?choice',
+        'reset_remove_data': 'bool',
+        'reset_remove_data[]': 'choice',
     },
     'monitoring_backup': {
         'monitoring_backup_hosts': 'group',

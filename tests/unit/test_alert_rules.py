@@ -88,6 +88,7 @@ EXPECTED_ALERTS = {
     "VLLMQueueGrowing", "VLLMKVCacheNearlyFull", "VLLMReplicaDown", "VLLMTimeToFirstTokenHigh",
     "VLLMSpeculativeAcceptanceLow", "GPUMemoryNearlyFull", "BalancerHigh5xxRatio",
     "BalancerNginxDown", "ExporterDown", "EdgeAddressSplitBrain", "EdgeAddressNotHeld", "EdgeSingleBalancer",
+    "VllmRouterDown", "VllmRouterNoHealthyWorker",
 }
 
 

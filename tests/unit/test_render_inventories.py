@@ -154,10 +154,12 @@ def _dir(inventory):
     return fixture_inventory(inventory) if (FIXTURES / inventory).is_dir() else ROOT / "inventories" / inventory
 
 
-def rendered(inventory, tmp_path_factory):
-    """{host: {file name: text}} for INVENTORY (rendered once per test session)."""
-    if inventory in _RENDERED:
-        return _RENDERED[inventory]
+def rendered(inventory, tmp_path_factory, **variables):
+    """{host: {file name: text}} for INVENTORY (rendered once per test session and set of VARIABLES,
+    extra variables over the inventory's)."""
+    key = (inventory, tuple(sorted((k, repr(v)) for k, v in variables.items())))
+    if key in _RENDERED:
+        return _RENDERED[key]
     work = tmp_path_factory.mktemp("render-" + inventory)
     out = work / "out"
     extra = {"render_dir": str(out), "repo_root": str(ROOT),
@@ -168,13 +170,13 @@ def rendered(inventory, tmp_path_factory):
              "vault_keepalived_auth_pass": "rt-vrrp1",
              "vault_hf_token": "render-test-hf-token-0001", **_playbook_urls(),
              # The certificate the shipped inventories expect on their balancer: a stand-in for its name.
-             **tls_standin(work / "tls", "llm-internal.example.com")}
+             **tls_standin(work / "tls", "llm-internal.example.com"), **variables}
     proc = run_inventory_play(_dir(inventory), PLAY, extra, work)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     files = {}
     for host_dir in sorted(out.iterdir()):
         files[host_dir.name] = {p.name: p.read_text(encoding="utf-8") for p in host_dir.iterdir()}
-    _RENDERED[inventory] = files
+    _RENDERED[key] = files
     return files
 
 
@@ -412,3 +414,38 @@ def test_replicas_of_different_sizes_render_each_at_its_own_size(tmp_path_factor
     r1_peer = _fabric_address(MIXED.name, "dgx2")
     assert r1_peer in files["dgx1"]["ruleset.nft"], "r1's head must let its worker reach the rendezvous"
     assert r1_peer not in files["dgx3"]["ruleset.nft"], "r2 has no peer: r1's worker must not reach dgx3's engine ports"
+
+
+@pytest.mark.parametrize("routing", ["cache_aware", "session"])
+def test_routed_balancers_send_the_openai_routes_to_the_router_with_the_heads_as_fallback(routing, tmp_path_factory):
+    """nginx_lb_routing cache_aware or session: the router's routes go to 127.0.0.1:30000 with every head
+    as a backup (the same replica markers, so nginx-lb-drain drains both upstreams), every other path to
+    the heads as before, and each request carries nginx's own request id."""
+    files = rendered("dgx_spark", tmp_path_factory, nginx_lb_routing=routing)
+    groups = _hosts("dgx_spark")
+    mgmt = {h: _management("dgx_spark", h) for h in groups["vllm_heads"]}
+    for lb in groups["balancers"]:
+        conf = files[lb]["vllm-lb.conf"]
+        router = re.search(r"^upstream vllm_replicas_router \{(.*?)^\}", conf, re.M | re.S)
+        assert router, conf
+        body = router.group(1)
+        assert re.search(r"^\s*server 127\.0\.0\.1:30000 max_fails=1 fail_timeout=2s;$", body, re.M), body
+        backups = re.findall(r"^\s*server (\S+) .* backup;  # llmops-replica=(\S+)$", body, re.M)
+        assert sorted(address for address, _name in backups) == sorted(f"{ip}:8000" for ip in mgmt.values()), body
+        heads = re.search(r"^upstream vllm_replicas \{(.*?)^\}", conf, re.M | re.S).group(1)
+        assert sorted(re.findall(r"# llmops-replica=(\S+)$", heads, re.M)) == sorted(name for _address, name in backups)
+        assert re.search(r'"~\^/v1/\(chat/completions\|completions\|responses\|embeddings\|rerank\|models\)\$" '
+                         r"vllm_replicas_router;", conf), conf
+        assert "default vllm_replicas;" in conf
+        assert "proxy_pass http://$llmops_vllm_upstream$uri$is_args$args;" in conf
+        assert "proxy_set_header X-Request-ID $request_id;" in conf
+        # keepalived's check still asks the heads themselves
+        assert "proxy_pass http://vllm_replicas/health;" in conf
+
+
+def test_least_conn_renders_no_router(tmp_path_factory):
+    files = rendered("dgx_spark", tmp_path_factory)
+    for lb in _hosts("dgx_spark")["balancers"]:
+        conf = files[lb]["vllm-lb.conf"]
+        assert "_router" not in conf and "127.0.0.1:30000" not in conf and "X-Request-ID" not in conf
+        assert "proxy_pass http://vllm_replicas$uri$is_args$args;" in conf

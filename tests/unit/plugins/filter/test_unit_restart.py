@@ -38,6 +38,8 @@ RESTARTS = {
                                            "[vllm_service_unit ~ '-head-watch']"),
     "{{ keepalived__metrics_unit }}.timer": ("oneshot", "a timer: systemd starts its oneshot service (writes a "
                                                         "metrics file and exits) every keepalived_metrics_interval s"),
+    "{{ vllm_router__metrics_unit }}.timer": ("oneshot", "a timer: systemd starts its oneshot service (writes the "
+                                                         "router's health and exits) every vllm_router_metrics_interval s"),
     "{{ firewall_unit }}": ("oneshot", "loads the nftables table and exits (Type=oneshot, RemainAfterExit)"),
     "docker": ("vendor", "Docker's own unit restarts itself (Restart=always); the role only configures the runtime"),
     "systemd-networkd": ("vendor", "part of systemd, restarted by systemd itself (Restart=on-failure in its unit)"),

@@ -36,7 +36,7 @@ def rows_by_key(rows):
 def test_filters_exported():
     assert set(validate.FilterModule().filters()) == {
         "validate_problems", "validate_thresholds", "validate_figures", "validate_verdict", "validate_distribution",
-        "validate_plots"}
+        "validate_plots", "validate_routed_load"}
 
 
 # validate_problems
@@ -258,3 +258,52 @@ def test_plots_draw():
     for plot in validate.validate_plots(load(), settings(), REPLICAS):
         svg = report_plot.report_plot(plot["spec"])
         assert plot["title"] in svg
+
+
+def counters(**heads):
+    return {name: {"figures": {"requests_success_total": n}} for name, n in heads.items()}
+
+
+def test_routed_load_counts_each_replica_from_its_heads_counter_and_judges_the_spread():
+    raw = load(upstreams={"127.0.0.1:30000": 100}, distribution_skew=0.0, threshold_failures=[])
+    out = validate.validate_routed_load(raw, REPLICAS, counters(dgx1=10, dgx3=7), counters(dgx1=62, dgx3=55),
+                                        settings(max_distribution_skew=1.0))
+    assert out["upstreams"] == {"10.89.40.11:8000": 52, "10.89.40.13:8000": 48}
+    assert out["distribution_skew"] == 0.08 and out["threshold_failures"] == []
+    assert out["upstreams_counted_by"] == "engine counters"
+    rows = rows_by_key(validate.validate_thresholds(settings(max_distribution_skew=1.0), out, METRICS, 2))
+    assert rows["min_upstreams"]["met"] == "yes" and rows["max_distribution_skew"]["met"] == "yes"
+    spread = validate.validate_distribution(out, REPLICAS)
+    assert [(r["replica"], r["requests"]) for r in spread] == [("r1", 52), ("r2", 48)]
+    assert raw["upstreams"] == {"127.0.0.1:30000": 100}  # the input is not changed
+
+
+def test_routed_load_fails_a_replica_that_served_none_and_a_skew_over_the_limit():
+    out = validate.validate_routed_load(load(threshold_failures=[]), REPLICAS, counters(dgx1=0, dgx3=5),
+                                        counters(dgx1=100, dgx3=5), settings(max_distribution_skew=0.5))
+    assert out["upstreams"] == {"10.89.40.11:8000": 100, "10.89.40.13:8000": 0}
+    failed = {m.split(":", 1)[0] for m in out["threshold_failures"]}
+    assert failed == {"min_upstreams", "max_distribution_skew"}, out["threshold_failures"]
+    rows = rows_by_key(validate.validate_thresholds(settings(max_distribution_skew=0.5), out, METRICS, 2))
+    assert rows["min_upstreams"]["met"] == "NO" and rows["max_distribution_skew"]["met"] == "NO"
+
+
+@pytest.mark.parametrize("before, after", [
+    ({}, counters(dgx1=5, dgx3=5)),                                   # not read before the load
+    (counters(dgx1=5, dgx3=5), {"dgx1": {"failed": True}, "dgx3": {}}),  # not read after
+    (counters(dgx1=50, dgx3=5), counters(dgx1=5, dgx3=9)),            # a counter went back (engine restarted)
+])
+def test_routed_load_that_cannot_be_counted_is_never_met(before, after):
+    out = validate.validate_routed_load(load(threshold_failures=[]), REPLICAS, before, after, settings())
+    assert out["upstreams"] is None and out["distribution_skew"] is None
+    assert [m.split(":", 1)[0] for m in out["threshold_failures"]] == ["min_upstreams"], out["threshold_failures"]
+    rows = rows_by_key(validate.validate_thresholds(settings(), out, METRICS, 2))
+    assert rows["min_upstreams"]["met"] == "NO"
+
+
+def test_routed_load_keeps_the_other_failures_and_refuses_bad_replicas():
+    raw = load(threshold_failures=["max_mean_latency: mean 9 exceeds 1", "min_upstreams: stale"])
+    out = validate.validate_routed_load(raw, REPLICAS, counters(dgx1=0, dgx3=0), counters(dgx1=3, dgx3=3), settings())
+    assert out["threshold_failures"] == ["max_mean_latency: mean 9 exceeds 1"]
+    with pytest.raises(AnsibleFilterError, match="validate_routed_load"):
+        validate.validate_routed_load(raw, {"r1": {}}, {}, {}, settings())

@@ -17,7 +17,8 @@ SETTINGS = {
     "vllm_router_cache_threshold": 0.3, "vllm_router_balance_abs_threshold": 64,
     "vllm_router_balance_rel_threshold": 1.5, "vllm_router_health_check_interval": 5,
     "vllm_router_health_check_timeout": 5, "vllm_router_health_failure_threshold": 2,
-    "vllm_router_health_success_threshold": 2, "vllm_router_worker_startup_timeout": 600,
+    "vllm_router_health_success_threshold": 2, "vllm_router_cb_failure_threshold": 2, "vllm_router_cb_timeout": 30,
+    "vllm_router_worker_startup_timeout": 600,
     "vllm_router_request_timeout": 1800, "vllm_router_log_level": "warning",
 }
 HOSTVARS = {
@@ -30,7 +31,7 @@ HELP_FLAGS = {"--host", "--port", "--policy", "--prometheus-host", "--prometheus
               "--health-check-interval-secs", "--health-check-timeout-secs", "--health-failure-threshold",
               "--health-success-threshold", "--worker-startup-timeout-secs", "--worker-startup-check-interval",
               "--request-timeout-secs", "--log-level", "--cache-threshold", "--balance-abs-threshold",
-              "--balance-rel-threshold"}
+              "--balance-rel-threshold", "--cb-failure-threshold", "--cb-timeout-duration-secs"}
 
 
 def settings(**over):
@@ -57,7 +58,7 @@ def test_cache_aware_command_line():
         "--health-failure-threshold": "2", "--health-success-threshold": "2", "--worker-startup-timeout-secs": "600",
         "--request-timeout-secs": "1800", "--log-level": "warning", "--cache-threshold": "0.3",
         "--balance-abs-threshold": "64", "--balance-rel-threshold": "1.5", "--health-check-endpoint": "/health",
-        "--worker-startup-check-interval": "2"}
+        "--worker-startup-check-interval": "2", "--cb-failure-threshold": "2", "--cb-timeout-duration-secs": "30"}
     assert set(got) == HELP_FLAGS
     assert "--worker-urls" not in argv  # the launcher adds the workers that are not drained
 

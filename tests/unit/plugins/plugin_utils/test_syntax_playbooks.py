@@ -26,7 +26,8 @@ from test_syntax import REPO, _classed, _leaves, _needs_class, _value_at, hostil
 PLAYBOOKS_DIR = os.path.join(REPO, 'playbooks')
 # Each entry's variable prefix (the longest first when matching).
 PREFIXES = {'upgrade': 'upgrade', 'tune_speculative': 'tune', 'measure': 'measure', 'validate': 'validate',
-            'maintenance': 'maintenance', 'monitoring_backup': 'monitoring_backup|monitoring_restore'}
+            'maintenance': 'maintenance', 'monitoring_backup': 'monitoring_backup|monitoring_restore',
+            'reset': 'reset'}
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,7 +83,10 @@ def _outputs(texts):
                 walk(item)
     for name, text in texts.items():
         if name.endswith('.yml'):
-            walk(yaml.safe_load(text))
+            data = yaml.safe_load(text)
+            walk(data)
+            if name.startswith('vars' + os.sep) and isinstance(data, dict):
+                names.update(data)  # a vars_files file: the playbook sets these itself
         names.update(re.findall(r'\{%-?\s*set\s+(\w+)', text))
         for match in re.findall(r'\bfor\s+(\w+)(?:\s*,\s*(\w+))?\s+in\b', text):
             names.update(n for n in match if n)
@@ -117,8 +121,9 @@ def test_every_public_variable_a_playbook_reads_is_declared():
     for entry in _specs():
         declared.update(_options(entry))
     prefixes = '|'.join(sorted('|'.join(PREFIXES.values()).split('|'), key=len, reverse=True))
-    # a variable (not a filter, an attribute, a quoted string or a task file name)
-    pattern = re.compile(r'(?<![.\w\'"/])((?:%s)_[a-z0-9_]*[a-z0-9])\b(?!\s*\()(?!\.yml)' % prefixes)
+    # a variable (not a filter, an attribute, a quoted string, a task file name, or a placeholder
+    # {name} of reset's layout, which reset_layout fills itself)
+    pattern = re.compile(r'(?<![.\w\'"/])(?<![^{]\{)((?:%s)_[a-z0-9_]*[a-z0-9])\b(?!\s*\()(?!\.yml)' % prefixes)
     undeclared = set()
     for name, text in texts.items():
         exprs = re.findall(r'\{\{(.*?)\}\}|\{%(.*?)%\}|^\s*-?\s*(?:when|that|loop|until|failed_when|changed_when):([^\n]*)'
@@ -217,3 +222,23 @@ def test_a_bad_playbook_value_is_named_with_its_class():
     assert any(e.startswith('upgrade_canary_max_ttft_ratio') and 'a number' in e for e in errors), errors
     assert _check('maintenance', {'maintenance_replicas': 'r1, r2'}) == []
     assert _check('validate', {'validate_report_dir': '-rf'})
+
+
+def test_reset_takes_a_bool_or_kinds_of_data_and_only_yes():
+    """reset_remove_data is true or false, or a list or comma-separated string of kinds (Checker.walk
+    reads a string its scalar class refuses as a list); reset_confirm is yes, a YAML yes, or empty."""
+    for value in (True, False, 'true', 'no', 'all', 'models', 'models, builds', ['metrics', 'backups'], ['all'], ''):
+        assert _check('reset', {'reset_remove_data': value}) == [], value
+    for value in ('yes', True, '', None):
+        assert _check('reset', {'reset_confirm': value}) == [], value
+    errors = _check('reset', {'reset_remove_data': 'models,weights', 'reset_confirm': 'YES please',
+                              'reset_remove_packages': 'maybe', 'reset_partial_replicas': 'sometimes'})
+    assert sorted(e.split(':')[0] for e in errors) == [
+        'reset_confirm', 'reset_partial_replicas', 'reset_remove_data[1]', 'reset_remove_packages'], errors
+    assert any(e.startswith("reset_remove_data[1]: 'weights' must be one of models, caches, builds, metrics, backups, all")
+               for e in errors), errors
+    assert _check('reset', {'reset_confirm': False}) and _check('reset', {'reset_remove_data': 'a;b'})
+    assert _check('reset', {'reset_remove_data': [True]})
+    # the kinds the spec offers are the ones the reset knows
+    from ansible_collections.llmops.vllm_cluster.plugins.filter import reset as R
+    assert _options('reset')['reset_remove_data']['choices'] == list(R.KINDS) + ['all']
