@@ -179,7 +179,7 @@ bench-cluster: collection lab-vllm lab-up
 # prompt per tenant and unique prompts, each under both policies (set by site.yml's vllm_router and
 # nginx_lb plays, the inventory's own value put back at the end): TTFT, prefix-cache hit rate per
 # replica, tokens/s, load spread (benchmarks/routing_bench.py; converges the lab first when it does not
-# serve; about 10-15 min; not part of `make test`). BENCH_ARGS: e.g. --inventory PATH, --plan.
+# serve; about 7 min on 2 cores; not part of `make test`). BENCH_ARGS: e.g. --inventory PATH, --plan.
 bench-routing: collection lab-vllm lab-up
 	python3 benchmarks/routing_bench.py $(BENCH_ARGS)
 

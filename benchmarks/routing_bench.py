@@ -17,10 +17,12 @@ Policies, in this order: least_conn, then cache_aware. Each is set by the real c
 at the end the same play without -e puts the inventory's own value back.
 
 Per run: TTFT p50/p99 (first streamed text), mean latency, tokens/s (prompt + generated, and
-generated alone), and from each replica head's /metrics (read directly, before and after the run):
+generated alone), and from each replica head's own /metrics, before and after the run (from this
+machine, or on the first balancer where the heads' firewall keeps this machine out):
 the prefix-cache hit rate (delta vllm:prefix_cache_hits / delta vllm:prefix_cache_queries, both in
 tokens) per replica and overall, and the requests each replica finished (vllm:request_success), with
-their spread ((max - min) / mean). Then the ratios cache_aware / least_conn. Markdown and JSON copies
+their spread ((max - min) / mean); with the router, its own cache_aware decisions (prefix hit or
+miss, read on each balancer). Then the ratios cache_aware / least_conn. Markdown and JSON copies
 go to reports/routing-bench-latest.{md,json}. Exit status 1 when any request failed.
 
 Every prompt (and every system prompt) starts with a salt of its run, so no run finds another run's
@@ -166,6 +168,45 @@ def spread(counts):
     return (max(values) - min(values)) / mean
 
 
+# vLLM router 0.1.17's counters (tests/unit/fixtures/vllm_router/): its cache_aware decisions
+# (outcome prefix_hit / prefix_miss), how it got each request's token ids (result render, ...) and the
+# requests it sent to each worker.
+ROUTER_COUNTERS = {
+    "vllm_router_prefix_routing_decisions_total": "outcome",
+    "vllm_router_kv_routing_inputs_total": "result",
+    "vllm_router_processed_requests_total": "worker",
+}
+
+
+def router_counters(text):
+    """{'<metric short name>:<label value>': value} of ROUTER_COUNTERS in one router /metrics text, e.g.
+    'prefix_routing_decisions:prefix_hit', 'kv_routing_inputs:render', 'processed_requests:http://...'."""
+    out = {}
+    for name, labels, value in _prometheus.parse_text(text)["samples"]:
+        label = ROUTER_COUNTERS.get(name)
+        if label:
+            key = name[len("vllm_router_"):-len("_total")] + ":" + labels.get(label, "")
+            out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def router_delta(before, after):
+    """after - before per key, summed over the balancers ({balancer: router_counters}); a balancer
+    whose router answered only after the run counts from 0 (it started during the run)."""
+    out = {}
+    for host, counters in after.items():
+        for key, value in counters.items():
+            out[key] = out.get(key, 0.0) + value - (before.get(host) or {}).get(key, 0.0)
+    return {k: v for k, v in sorted(out.items()) if v}
+
+
+def router_prefix_share(delta):
+    """prefix_hit / (prefix_hit + prefix_miss) of the router's cache_aware decisions, None without any."""
+    hit = delta.get("prefix_routing_decisions:prefix_hit", 0.0)
+    miss = delta.get("prefix_routing_decisions:prefix_miss", 0.0)
+    return hit / (hit + miss) if hit + miss else None
+
+
 def resolve(value, hostvars, depth=0):
     """An inventory value with its plain `{{ name }}` references replaced by the host's own variables
     (ansible-inventory --list does not template). Anything else templated is a ValueError."""
@@ -237,7 +278,15 @@ def targets(inv, endpoint_address):
         "max_model_len": int((head.get("vllm_service_scheduler") or {}).get("max_model_len") or 0),
         "routing": str(lb.get("nginx_lb_routing") or "least_conn"),
         "router_source": any(lb.get(v) for v in ("vllm_router_pip_index_url", "vllm_router_pip_find_links")),
+        "router_metrics_port": _int_or(lb.get("vllm_router_metrics_port"), 29000),
     }
+
+
+def _int_or(value, default):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
 
 
 def est_tokens(words, messages=1):
@@ -277,7 +326,7 @@ def upstream_counts(results, router_port=30000):
     return counts, routed
 
 
-def summarize(results, wall, deltas, replicas):
+def summarize(results, wall, deltas, replicas, router=None):
     """One row of the table from a run's request results and its per-replica counter deltas
     ({replica: delta}). results: dicts with ok, ttft, latency, prompt_tokens, output_tokens, cut."""
     sent = [r for r in results if not r.get("cut")]
@@ -307,6 +356,8 @@ def summarize(results, wall, deltas, replicas):
         "replicas": per,
         "spread": spread([per[rep]["requests"] for rep in replicas]),
         "via_router": upstream_counts(sent)[1],
+        "router": router or {},
+        "router_prefix_share": router_prefix_share(router or {}),
     }
 
 
@@ -349,7 +400,7 @@ def table_lines(rows, ratio_rows, replicas):
     """The printed table: one line per workload x policy, then the ratio lines."""
     head = (f"{'workload':14} {'policy':12} {'reqs':>5} {'fail':>5} {'cut':>4} {'TTFT p50':>9} {'TTFT p99':>9} "
             f"{'mean lat':>9} {'tok/s':>8} {'out tok/s':>9} {'hit rate':>8}  {'hit per replica':24} "
-            f"{'reqs per replica':22} {'spread':>6} {'routed':>6}")
+            f"{'reqs per replica':22} {'spread':>6} {'routed':>6} {'rtr prefix':>10}")
     lines = [head, "-" * len(head)]
     for (workload, policy), r in rows.items():
         per_hit = " ".join(f"{rep} {_pc(r['replicas'][rep]['hit_rate'])}" for rep in replicas)
@@ -358,7 +409,8 @@ def table_lines(rows, ratio_rows, replicas):
         lines.append(f"{workload:14} {policy:12} {r['requests']:5d} {r['failed']:5d} {r['cut']:4d} "
                      f"{_f(r['ttft_p50'], '.3f', 9)} {_f(r['ttft_p99'], '.3f', 9)} {_f(r['latency_mean'], '.3f', 9)} "
                      f"{_f(r['tokens_per_s'], '.1f', 8)} {_f(r['output_tokens_per_s'], '.1f', 9)} "
-                     f"{_pc(r['hit_rate']):>8}  {per_hit:24} {per_req:22} {_f(r['spread'], '.2f', 6)} {r['via_router']:6d}")
+                     f"{_pc(r['hit_rate']):>8}  {per_hit:24} {per_req:22} {_f(r['spread'], '.2f', 6)} {r['via_router']:6d} "
+                     f"{_pc(r.get('router_prefix_share')):>10}")
     if ratio_rows:
         lines.append("")
         lines.append(f"{'cache_aware / least_conn':27} " + " ".join(f"{label:>9}" for dummy, label in RATIO_FIELDS))
@@ -375,8 +427,8 @@ def markdown(rows, ratio_rows, replicas, meta):
            "Workloads: " + "; ".join(meta["workloads"]), "",
            "| workload | policy | requests | failed | cut | TTFT p50 s | TTFT p99 s | mean latency s | tok/s | "
            "output tok/s | prefix-cache hit rate | hit rate per replica | requests per replica | spread | "
-           "prompt tokens mean / max | through the router |",
-           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |"]
+           "prompt tokens mean / max | through the router | router's prefix decisions |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
     for (workload, policy), r in rows.items():
         per_hit = ", ".join(f"{rep} {_pc(r['replicas'][rep]['hit_rate'])}" for rep in replicas)
         per_req = ", ".join(f"{rep} {'-' if r['replicas'][rep]['requests'] is None else int(r['replicas'][rep]['requests'])}"
@@ -385,7 +437,12 @@ def markdown(rows, ratio_rows, replicas, meta):
                    f"{_f(r['ttft_p50'], '.3f', 0)} | {_f(r['ttft_p99'], '.3f', 0)} | {_f(r['latency_mean'], '.3f', 0)} | "
                    f"{_f(r['tokens_per_s'], '.1f', 0)} | {_f(r['output_tokens_per_s'], '.1f', 0)} | {_pc(r['hit_rate'])} | "
                    f"{per_hit} | {per_req} | {_f(r['spread'], '.2f', 0)} | "
-                   f"{_f(r['prompt_tokens_mean'], '.0f', 0)} / {_f(r['prompt_tokens_max'], '.0f', 0)} | {r['via_router']} |")
+                   f"{_f(r['prompt_tokens_mean'], '.0f', 0)} / {_f(r['prompt_tokens_max'], '.0f', 0)} | {r['via_router']} | "
+                   f"{_pc(r.get('router_prefix_share'))} |")
+    routed = [(k, r["router"]) for k, r in rows.items() if r.get("router")]
+    if routed:
+        out += ["", "The routers' counters over each run (summed over the balancers): " + "; ".join(
+            f"{w}/{p}: " + ", ".join(f"{key} {v:.0f}" for key, v in c.items()) for (w, p), c in routed)]
     if ratio_rows:
         out += ["", "| cache_aware / least_conn | " + " | ".join(label for dummy, label in RATIO_FIELDS) + " |",
                 "| --- |" + " ---: |" * len(RATIO_FIELDS)]
@@ -426,49 +483,60 @@ def fetch_metrics(url, key, timeout=30):
         return resp.read().decode("utf-8", "replace")
 
 
-# Run on a balancer (python3 there): each head's /metrics, as one JSON document {url: text}.
+# Run on a balancer (python3 there): each URL's /metrics, as one JSON document {url: text}, and
+# {url: error} for those that did not answer (the router's listener is absent with least_conn).
 METRICS_SNIPPET = (
     "import json, sys, urllib.request\n"
-    "out = {}\n"
+    "out, err = {}, {}\n"
     "for url in sys.argv[1:]:\n"
-    "    with urllib.request.urlopen(url + '/metrics', timeout=30) as resp:\n"
-    "        out[url] = resp.read().decode('utf-8', 'replace')\n"
-    "print(json.dumps(out))\n")
+    "    try:\n"
+    "        with urllib.request.urlopen(url + '/metrics', timeout=30) as resp:\n"
+    "            out[url] = resp.read().decode('utf-8', 'replace')\n"
+    "    except Exception as exc:\n"
+    "        err[url] = '%s: %s' % (type(exc).__name__, exc)\n"
+    "print(json.dumps({'ok': out, 'errors': err}))\n")
 
 
-def metrics_via(inventory, host, urls):
-    """{url: /metrics text} of each head URL, fetched on inventory host HOST (over Ansible's connection)."""
+def metrics_via(inventory, pattern, urls):
+    """{host: {'ok': {url: /metrics text}, 'errors': {url: why}}} for each host of PATTERN, each host
+    fetching every URL itself (over Ansible's connection; one call for all hosts)."""
     env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
                ANSIBLE_FORCE_COLOR="0")
-    proc = subprocess.run(["ansible", "-i", inventory, host, "-m", "ansible.builtin.command", "-a",
+    proc = subprocess.run(["ansible", "-i", inventory, pattern, "-m", "ansible.builtin.command", "-a",
                            json.dumps({"argv": ["python3", "-c", METRICS_SNIPPET] + list(urls)})],
                           cwd=REPO, capture_output=True, text=True, env=env, check=False, timeout=180)
+    out = {}
     try:
-        res = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"][host]
-        if res.get("rc") == 0 and not res.get("failed"):
-            return json.loads(res["stdout"])
-        why = (res.get("stderr") or res.get("msg") or "")[-1500:]
+        for host, res in json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"].items():
+            if res.get("rc") != 0 or res.get("failed"):
+                raise RuntimeError(f"reading /metrics on {host} failed: "
+                                   + (res.get("stderr") or res.get("msg") or "")[-1500:])
+            out[host] = json.loads(res["stdout"])
     except (ValueError, KeyError, IndexError, TypeError):
-        why = (proc.stdout + proc.stderr)[-1500:]
-    raise RuntimeError(f"reading the heads' /metrics on {host} failed: {why}")
+        raise RuntimeError(f"reading /metrics on {pattern} failed: " + (proc.stdout + proc.stderr)[-1500:]) from None
+    return out
 
 
 class Metrics:
     """Each head's vLLM counters, read from the head's own /metrics at its lab address: from this
     machine (`here`), or, where the heads' firewall keeps the engine port to the balancers and
     monitoring hosts (the firewall role), on the first balancer over Ansible's connection
-    (`balancer`); `auto` tries here first and stays with what worked."""
+    (`balancer`); `auto` tries here first and stays with what worked. With `router`, also each
+    balancer's vLLM router counters (its listener is on the balancer's loopback only), in the same
+    Ansible call; a router that does not answer is left out, it fails nothing."""
 
-    def __init__(self, t, inventory, mode, model):
+    def __init__(self, t, inventory, mode, model, router_port=29000):
         self.t, self.inventory, self.mode, self.model = t, inventory, mode, model
-        self.last = None  # {url: text} of the last snapshot
+        self.router_url = "http://127.0.0.1:%d" % router_port
+        self.last = None  # {url: text} of the heads' last snapshot
 
     def _here(self):
         return {h["url"]: fetch_metrics(h["url"], self.t["backend_key"], timeout=10) for h in self.t["heads"]}
 
-    def snapshot(self):
-        """{replica: engine_counters}."""
-        texts = None
+    def snapshot(self, router=False):
+        """({replica: engine_counters}, {balancer: router_counters} or {} without `router`)."""
+        texts, routers = None, {}
+        heads = [h["url"] for h in self.t["heads"]]
         if self.mode in ("auto", "here"):
             try:
                 texts = self._here()
@@ -479,10 +547,21 @@ class Metrics:
                 print(f"[routing_bench] the heads' /metrics from this machine: {exc}; reading them on "
                       f"{self.t['balancers'][0]} (the heads' firewall lets the balancers in)", flush=True)
                 self.mode = "balancer"
-        if texts is None:
-            texts = metrics_via(self.inventory, self.t["balancers"][0], [h["url"] for h in self.t["heads"]])
+        if texts is None or router:
+            first = self.t["balancers"][0]
+            pattern = ":".join(self.t["balancers"]) if router else first
+            urls = (heads if texts is None else []) + ([self.router_url] if router else [])
+            got = metrics_via(self.inventory, pattern, urls)
+            if texts is None:
+                missing = [u for u in heads if u not in got.get(first, {}).get("ok", {})]
+                if missing:
+                    raise RuntimeError(f"{first} could not read {', '.join(missing)}: {got.get(first, {}).get('errors')}")
+                texts = {u: got[first]["ok"][u] for u in heads}
+            for host, res in got.items():
+                if self.router_url in res.get("ok", {}):
+                    routers[host] = router_counters(res["ok"][self.router_url])
         self.last = texts
-        return {h["replica"]: engine_counters(texts[h["url"]], self.model) for h in self.t["heads"]}
+        return {h["replica"]: engine_counters(texts[h["url"]], self.model) for h in self.t["heads"]}, routers
 
 
 def chat(t, model, messages, max_tokens, timeout):
@@ -759,7 +838,7 @@ def main(argv=None):
         if rc:
             sys.exit(f"site.yml failed (rc {rc}); its output: {log}")
 
-    metrics = Metrics(t, inventory, args.metrics_from, args.model)
+    metrics = Metrics(t, inventory, args.metrics_from, args.model, t["router_metrics_port"])
     vocab = vocabulary()
     seed = args.seed or "%016x" % random.SystemRandom().getrandbits(64)
     rows, per_run, problems, switched = {}, {}, [], False
@@ -778,14 +857,14 @@ def main(argv=None):
             for workload in args.workloads:
                 srng = random.Random(f"{seed}-{policy}-{workload}")
                 salt = " ".join(srng.choice(vocab) for dummy in range(SALT_WORDS))
-                before = metrics.snapshot()
+                before, rbefore = metrics.snapshot(router=policy != "least_conn")
                 run = Run(t, args, budget, vocab, salt)
                 print(f"[routing_bench] {workload} with {policy} ...", flush=True)
                 wall = run.run(workload)
                 time.sleep(1.0)  # the engines' counters follow their last step
-                after = metrics.snapshot()
+                after, rafter = metrics.snapshot(router=policy != "least_conn")
                 deltas = {rep: counter_delta(before[rep], after[rep]) for rep in replicas}
-                row = summarize(run.results, wall, deltas, replicas)
+                row = summarize(run.results, wall, deltas, replicas, router_delta(rbefore, rafter))
                 rows[(workload, policy)] = row
                 ups = upstream_counts(run.results)[0]
                 meta["upstreams"][f"{workload}/{policy}"] = ups
@@ -799,7 +878,8 @@ def main(argv=None):
                     "errors": sorted({str(r.get("error")) for r in run.results if not r["ok"] and not r.get("cut")})}
                 print(f"[routing_bench]   {row['requests']} requests, {row['failed']} failed, {row['cut']} cut, "
                       f"{wall:.1f} s, TTFT p50 {row['ttft_p50']:.3f} s, hit rate {_pc(row['hit_rate'])}, "
-                      f"upstreams {ups}" + (f", {run.ended} turns left out to fit max_model_len" if run.ended else ""), flush=True)
+                      f"upstreams {ups}" + (f", {run.ended} turns left out to fit max_model_len" if run.ended else "")
+                      + (f"; router counters {row['router']}" if row["router"] else ""), flush=True)
                 if row["failed"]:
                     problems.append(f"{workload}/{policy}: {row['failed']} of {row['requests']} requests failed")
     finally:

@@ -429,7 +429,7 @@ def test_routed_balancers_send_the_openai_routes_to_the_router_with_the_heads_as
         router = re.search(r"^upstream vllm_replicas_router \{(.*?)^\}", conf, re.M | re.S)
         assert router, conf
         body = router.group(1)
-        assert re.search(r"^\s*server 127\.0\.0\.1:30000 max_fails=1 fail_timeout=2s;$", body, re.M), body
+        assert re.search(r"^\s*server 127\.0\.0\.1:30000 max_fails=1 fail_timeout=2s;  # llmops-router$", body, re.M), body
         backups = re.findall(r"^\s*server (\S+) .* backup;  # llmops-replica=(\S+)$", body, re.M)
         assert sorted(address for address, _name in backups) == sorted(f"{ip}:8000" for ip in mgmt.values()), body
         heads = re.search(r"^upstream vllm_replicas \{(.*?)^\}", conf, re.M | re.S).group(1)
@@ -441,10 +441,18 @@ def test_routed_balancers_send_the_openai_routes_to_the_router_with_the_heads_as
         assert "proxy_set_header X-Request-ID $request_id;" in conf
         # keepalived's check still asks the heads themselves
         assert "proxy_pass http://vllm_replicas/health;" in conf
+    # cache_aware needs the heads' render endpoints (vLLM answers them 403 without --enable-scale-out);
+    # session does not ask for token ids. Workers serve no HTTP.
+    for node in groups["vllm_nodes"]:
+        config = yaml.safe_load(files[node]["config.yaml"])
+        wanted = routing == "cache_aware" and node in groups["vllm_heads"]
+        assert config.get("enable-scale-out", False) is wanted, (node, routing)
 
 
 def test_least_conn_renders_no_router(tmp_path_factory):
     files = rendered("dgx_spark", tmp_path_factory)
+    for node in _hosts("dgx_spark")["vllm_nodes"]:
+        assert "enable-scale-out" not in yaml.safe_load(files[node]["config.yaml"]), node
     for lb in _hosts("dgx_spark")["balancers"]:
         conf = files[lb]["vllm-lb.conf"]
         assert "_router" not in conf and "127.0.0.1:30000" not in conf and "X-Request-ID" not in conf

