@@ -28,6 +28,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "lab"))
+from bench_args import csv_of  # noqa: E402
 from lab_load import Load, lab_endpoint, lab_var, pct  # noqa: E402  (shared with the lab's fault tests)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -184,12 +185,7 @@ def rolling_part(args, log):
 PHASES = ("restart", "change", "back")
 
 
-def phase_list(text):
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    wrong = [n for n in names if n not in PHASES]
-    if wrong or not names:
-        raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of {', '.join(PHASES)}")
-    return names
+phase_list = csv_of(PHASES)
 
 
 def main():

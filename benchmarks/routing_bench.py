@@ -57,6 +57,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "lab"))
 sys.path.insert(0, os.path.join(REPO, "plugins", "module_utils"))
 import _prometheus  # noqa: E402  (standard library only: the vllm_metrics module's parser)
+from bench_args import csv_of  # noqa: E402  (standard library only, shared with cluster_bench)
 
 INVENTORY = os.path.join(REPO, "inventories", "lab")
 POLICIES = ("least_conn", "cache_aware", "session")
@@ -403,9 +404,7 @@ def table_lines(rows, ratio_rows, replicas):
             f"{'reqs per replica':22} {'spread':>6} {'routed':>6} {'rtr prefix':>10}")
     lines = [head, "-" * len(head)]
     for (workload, policy), r in rows.items():
-        per_hit = " ".join(f"{rep} {_pc(r['replicas'][rep]['hit_rate'])}" for rep in replicas)
-        per_req = " ".join(f"{rep} {'-' if r['replicas'][rep]['requests'] is None else int(r['replicas'][rep]['requests'])}"
-                           for rep in replicas)
+        per_hit, per_req = _per_replica(r, replicas, " ")
         lines.append(f"{workload:14} {policy:12} {r['requests']:5d} {r['failed']:5d} {r['cut']:4d} "
                      f"{_f(r['ttft_p50'], '.3f', 9)} {_f(r['ttft_p99'], '.3f', 9)} {_f(r['latency_mean'], '.3f', 9)} "
                      f"{_f(r['tokens_per_s'], '.1f', 8)} {_f(r['output_tokens_per_s'], '.1f', 9)} "
@@ -419,6 +418,14 @@ def table_lines(rows, ratio_rows, replicas):
     return lines
 
 
+def _per_replica(row, replicas, sep):
+    """The hit rate and the requests of each replica of ROW, as text joined by SEP."""
+    hits = sep.join(f"{rep} {_pc(row['replicas'][rep]['hit_rate'])}" for rep in replicas)
+    reqs = sep.join(f"{rep} {'-' if row['replicas'][rep]['requests'] is None else int(row['replicas'][rep]['requests'])}"
+                    for rep in replicas)
+    return hits, reqs
+
+
 def markdown(rows, ratio_rows, replicas, meta):
     """The report's Markdown: the settings, the table, the ratios, the playbook runs."""
     out = ["# Routing benchmark: least_conn against vLLM's router", "",
@@ -430,9 +437,7 @@ def markdown(rows, ratio_rows, replicas, meta):
            "prompt tokens mean / max | through the router | router's prefix decisions |",
            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
     for (workload, policy), r in rows.items():
-        per_hit = ", ".join(f"{rep} {_pc(r['replicas'][rep]['hit_rate'])}" for rep in replicas)
-        per_req = ", ".join(f"{rep} {'-' if r['replicas'][rep]['requests'] is None else int(r['replicas'][rep]['requests'])}"
-                            for rep in replicas)
+        per_hit, per_req = _per_replica(r, replicas, ", ")
         out.append(f"| {workload} | {policy} | {r['requests']} | {r['failed']} | {r['cut']} | "
                    f"{_f(r['ttft_p50'], '.3f', 0)} | {_f(r['ttft_p99'], '.3f', 0)} | {_f(r['latency_mean'], '.3f', 0)} | "
                    f"{_f(r['tokens_per_s'], '.1f', 0)} | {_f(r['output_tokens_per_s'], '.1f', 0)} | {_pc(r['hit_rate'])} | "
@@ -719,16 +724,6 @@ def workload_text(a, budget):
             f"shared_prompt {a.shared_requests} requests over {a.tenants} tenants, {a.concurrency} in flight "
             f"(system prompt + question ~{shared} tokens)",
             f"uniform {a.uniform_requests} unique prompts, {a.concurrency} in flight (~{uniform} tokens each)"]
-
-
-def csv_of(choices):
-    def parse(text):
-        names = [n.strip() for n in text.split(",") if n.strip()]
-        wrong = [n for n in names if n not in choices]
-        if wrong or not names:
-            raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of {', '.join(choices)}")
-        return names
-    return parse
 
 
 def parse_args(argv=None):
