@@ -5,6 +5,8 @@ takes a replica out of the router in the same step as out of nginx, a replica wh
 is routed around until it serves again, a killed router leaves nginx serving from the heads until it is
 back by itself, and validate.yml counts the spread from the heads' own counters. Each fault runs under the
 constant streaming load through the virtual address and adds a row to the fault table.
+The last of the CI tests (test_1_zz_*): its engine kill restarts r2, which the topology test's check of
+the converge's start order (workers before heads) must not see.
 Traffic goes only to this molecule run's podman network."""
 import json
 import re
